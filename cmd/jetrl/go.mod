@@ -1,0 +1,3 @@
+module github.com/jetrl/jetrl/cmd/jetrl
+
+go 1.26.0

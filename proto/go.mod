@@ -1,0 +1,3 @@
+module github.com/jetrl/jetrl/proto
+
+go 1.26.0

@@ -1,0 +1,259 @@
+package proto
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Splits of every task family; instances of one split never occur in the other.
+const (
+	SplitTrain   = "train"
+	SplitHeldout = "heldout"
+)
+
+// Episode and step statuses.
+const (
+	StatusRunning       = "running"
+	StatusCompleted     = "completed"      // the agent ended the episode (reward says how well)
+	StatusTurnLimit     = "turn-limit"     // the agent ran out of turns
+	StatusInvalidAction = "invalid-action" // the agent's output could not be acted on and ended the episode
+	StatusError         = "error"          // the environment failed; an infrastructure failure, not the agent's
+)
+
+// Policy pool members that can produce a turn.
+const (
+	PolicyCurrent = "current"
+	PolicyStale   = "stale"
+)
+
+// Message is one chat message of an environment's opening (OpenAI roles).
+type Message struct {
+	Role    string `msgpack:"role" json:"role"`
+	Content string `msgpack:"content" json:"content"`
+}
+
+// Tool describes one tool in the OpenAI tool format; Parameters is a JSON schema as JSON text.
+type Tool struct {
+	Name        string `msgpack:"name" json:"name"`
+	Description string `msgpack:"description" json:"description"`
+	Parameters  string `msgpack:"parameters" json:"parameters"`
+}
+
+// OpenAI renders the tool as {"type":"function","function":{...}}.
+func (t Tool) OpenAI() map[string]any {
+	var params any = map[string]any{"type": "object"}
+	if t.Parameters != "" {
+		_ = json.Unmarshal([]byte(t.Parameters), &params)
+	}
+	return map[string]any{"type": "function", "function": map[string]any{
+		"name": t.Name, "description": t.Description, "parameters": params,
+	}}
+}
+
+// ToolCall is one call of a tool: its name and its arguments as a JSON object.
+type ToolCall struct {
+	Name      string `msgpack:"name" json:"name"`
+	Arguments string `msgpack:"arguments" json:"arguments"`
+}
+
+// Text renders a call for a text policy: the tool name followed by the argument values, in key order.
+func (c ToolCall) Text() string {
+	var args map[string]any
+	if err := json.Unmarshal([]byte(c.Arguments), &args); err != nil || len(args) == 0 {
+		return c.Name
+	}
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString(c.Name)
+	for _, k := range keys {
+		b.WriteByte(' ')
+		fmt.Fprint(&b, args[k])
+	}
+	return b.String()
+}
+
+// EnvStartRequest asks an env host for a new session of one task instance.
+type EnvStartRequest struct {
+	Schema    int    `msgpack:"schema"`
+	Task      string `msgpack:"task"`
+	Split     string `msgpack:"split"`
+	Seed      uint64 `msgpack:"seed"`
+	EpisodeID string `msgpack:"episode_id"`
+}
+
+// EnvStartReply opens a session: the session id (which names the host), messages, tools and admissible calls.
+type EnvStartReply struct {
+	Schema     int        `msgpack:"schema"`
+	SessionID  string     `msgpack:"session_id"`
+	HostID     string     `msgpack:"host_id"`
+	Messages   []Message  `msgpack:"messages"`
+	Tools      []Tool     `msgpack:"tools"`
+	Admissible []ToolCall `msgpack:"admissible"`
+	MaxTurns   int        `msgpack:"max_turns"`
+}
+
+// EnvStepRequest sends one tool call to a session.
+type EnvStepRequest struct {
+	Schema    int      `msgpack:"schema"`
+	SessionID string   `msgpack:"session_id"`
+	Call      ToolCall `msgpack:"call"`
+}
+
+// EnvStepReply is the environment's answer to one tool call.
+type EnvStepReply struct {
+	Schema      int                `msgpack:"schema"`
+	Observation string             `msgpack:"observation"`
+	Admissible  []ToolCall         `msgpack:"admissible"`
+	Done        bool               `msgpack:"done"`
+	Reward      float64            `msgpack:"reward"`
+	Status      string             `msgpack:"status"`
+	Turn        int                `msgpack:"turn"`
+	Metrics     map[string]float64 `msgpack:"metrics,omitempty"`
+}
+
+// EnvCancelRequest ends a session early.
+type EnvCancelRequest struct {
+	Schema    int    `msgpack:"schema"`
+	SessionID string `msgpack:"session_id"`
+}
+
+// EnvCancelReply acknowledges a cancel.
+type EnvCancelReply struct {
+	Schema int `msgpack:"schema"`
+}
+
+// Turn is one action of an episode: what the policy saw, what it chose, with which log-probability,
+// and which policy (pool member and version) produced it.
+type Turn struct {
+	Observation string   `msgpack:"observation"`
+	Candidates  []string `msgpack:"candidates"`
+	Chosen      int      `msgpack:"chosen"`
+	LogProb     float64  `msgpack:"logprob"`
+	Version     int64    `msgpack:"version"`
+	Policy      string   `msgpack:"policy"`
+}
+
+// Episode is one finished trajectory, published by rollout with Nats-Msg-Id = ID.
+type Episode struct {
+	Schema       int     `msgpack:"schema"`
+	ID           string  `msgpack:"id"`
+	GroupID      string  `msgpack:"group_id"`
+	GroupSize    int     `msgpack:"group_size"`
+	Task         string  `msgpack:"task"`
+	Split        string  `msgpack:"split"`
+	Seed         uint64  `msgpack:"seed"`
+	Instruction  string  `msgpack:"instruction"`
+	Turns        []Turn  `msgpack:"turns"`
+	Reward       float64 `msgpack:"reward"`
+	Status       string  `msgpack:"status"`
+	InfraFailure bool    `msgpack:"infra_failure"`
+	Failure      string  `msgpack:"failure,omitempty"`
+	RolloutID    string  `msgpack:"rollout_id"`
+	HostID       string  `msgpack:"host_id"`
+	StartedAt    int64   `msgpack:"started_at"` // unix nanoseconds
+	FinishedAt   int64   `msgpack:"finished_at"`
+	// StartVersion is the current-policy version when the episode was admitted; staleness is measured from it.
+	StartVersion int64 `msgpack:"start_version"`
+}
+
+// Success reports whether the episode solved its task.
+func (e *Episode) Success() bool { return e.Status == StatusCompleted && e.Reward >= 1 }
+
+// Validate rejects an episode that no stage should act on.
+func (e *Episode) Validate() error {
+	switch {
+	case e.Schema != SchemaVersion:
+		return fmt.Errorf("%w: episode schema %d, want %d", ErrSchema, e.Schema, SchemaVersion)
+	case e.ID == "" || e.GroupID == "" || e.Task == "":
+		return fmt.Errorf("%w: episode needs id, group_id and task", ErrMalformed)
+	case e.GroupSize < 1:
+		return fmt.Errorf("%w: episode %s has group_size %d", ErrMalformed, e.ID, e.GroupSize)
+	case math.IsNaN(e.Reward) || math.IsInf(e.Reward, 0):
+		return fmt.Errorf("%w: episode %s has reward %v", ErrBadNumber, e.ID, e.Reward)
+	}
+	for i, t := range e.Turns {
+		if t.Chosen < 0 || t.Chosen >= len(t.Candidates) {
+			return fmt.Errorf("%w: episode %s turn %d chose %d of %d candidates", ErrMalformed, e.ID, i, t.Chosen, len(t.Candidates))
+		}
+		if math.IsNaN(t.LogProb) || math.IsInf(t.LogProb, 0) || t.LogProb > 1e-9 {
+			return fmt.Errorf("%w: episode %s turn %d has logprob %v", ErrBadNumber, e.ID, i, t.LogProb)
+		}
+	}
+	return nil
+}
+
+// Batch is a set of complete groups released by the replay-buffer, published with Nats-Msg-Id = ID.
+type Batch struct {
+	Schema   int       `msgpack:"schema"`
+	ID       string    `msgpack:"id"`
+	Episodes []Episode `msgpack:"episodes"`
+	// TrainerVersion is the policy version the replay-buffer saw when it released the batch.
+	TrainerVersion int64 `msgpack:"trainer_version"`
+	ReleasedAt     int64 `msgpack:"released_at"`
+}
+
+// TrainEpisode is an episode with one advantage per turn.
+type TrainEpisode struct {
+	Episode    Episode   `msgpack:"episode"`
+	Advantages []float64 `msgpack:"advantages"`
+}
+
+// TaskStat summarizes one task family's episodes in a batch.
+type TaskStat struct {
+	Episodes   int     `msgpack:"episodes" json:"episodes"`
+	Successes  int     `msgpack:"successes" json:"successes"`
+	MeanReward float64 `msgpack:"mean_reward" json:"mean_reward"`
+	AdvMean    float64 `msgpack:"adv_mean" json:"adv_mean"`
+	AdvStd     float64 `msgpack:"adv_std" json:"adv_std"`
+}
+
+// TrainBatch is a batch with advantages, published by the advantage-normalizer with Nats-Msg-Id = ID.
+type TrainBatch struct {
+	Schema         int                 `msgpack:"schema"`
+	ID             string              `msgpack:"id"`
+	Episodes       []TrainEpisode      `msgpack:"episodes"`
+	Tasks          map[string]TaskStat `msgpack:"tasks"`
+	TrainerVersion int64               `msgpack:"trainer_version"`
+}
+
+// PolicyVersion is the record under BucketPolicy/KeyPolicyCurrent that rollout watches.
+type PolicyVersion struct {
+	Schema          int    `msgpack:"schema"`
+	Version         int64  `msgpack:"version"`
+	Object          string `msgpack:"object"`
+	Size            int64  `msgpack:"size"`
+	SHA256          string `msgpack:"sha256"`
+	EpisodesTrained int64  `msgpack:"episodes_trained"`
+	BatchID         string `msgpack:"batch_id"`
+	PublishedAt     int64  `msgpack:"published_at"`
+}
+
+// Admission is the staleness gate's counter under BucketAdmission/KeyAdmission, updated by compare-and-set.
+// Started counts training episodes admitted by all rollout replicas; Refunded counts those that will never
+// reach the trainer (infrastructure failures, staleness drops), so they do not hold the gate shut.
+type Admission struct {
+	Schema   int   `msgpack:"schema"`
+	Started  int64 `msgpack:"started"`
+	Refunded int64 `msgpack:"refunded"`
+}
+
+// TrainStep is the trainer's event after each applied batch.
+type TrainStep struct {
+	Schema          int                 `msgpack:"schema" json:"-"`
+	Version         int64               `msgpack:"version" json:"version"`
+	BatchID         string              `msgpack:"batch_id" json:"batch_id"`
+	Episodes        int                 `msgpack:"episodes" json:"episodes"`
+	EpisodesTrained int64               `msgpack:"episodes_trained" json:"episodes_trained"`
+	Loss            float64             `msgpack:"loss" json:"loss"`
+	ClipFraction    float64             `msgpack:"clip_fraction" json:"clip_fraction"`
+	MaxStaleness    int64               `msgpack:"max_staleness" json:"max_staleness"`
+	Tasks           map[string]TaskStat `msgpack:"tasks" json:"tasks"`
+	At              int64               `msgpack:"at" json:"at"`
+}

@@ -1,0 +1,129 @@
+// Package proto is the contract of the jetrl mesh: every subject, stream, bucket, limit and message type,
+// defined once. Services depend on this package and never on one another.
+package proto
+
+import (
+	"strconv"
+	"time"
+)
+
+// SchemaVersion is written into every message; a reader rejects a message whose schema it does not know.
+const SchemaVersion = 1
+
+// Subjects of the env function-call API (core NATS request/reply, served as a NATS micro service).
+const (
+	// EnvService is the micro service name every env host registers under.
+	EnvService = "jetrl-env"
+	// SubjectEnvStart is served by every env host in one queue group; the host that answers owns the session.
+	SubjectEnvStart = "jetrl.env.start"
+	// EnvQueueGroup is the queue group of SubjectEnvStart.
+	EnvQueueGroup = "jetrl-env"
+)
+
+// SubjectEnvStep is the step subject of one env host; the host id is part of every session id.
+func SubjectEnvStep(hostID string) string { return "jetrl.env.host." + hostID + ".step" }
+
+// SubjectEnvCancel is the cancel subject of one env host.
+func SubjectEnvCancel(hostID string) string { return "jetrl.env.host." + hostID + ".cancel" }
+
+// Durable data: JetStream streams. Each stream's subjects are listed in Streams below.
+const (
+	StreamEpisodes = "JETRL_EPISODES"
+	StreamBatches  = "JETRL_BATCHES"
+	StreamTrain    = "JETRL_TRAIN"
+	// StreamDeadLetter keeps every message a stage refused (malformed, bad numbers), with the reason in a header.
+	StreamDeadLetter = "JETRL_DEADLETTER"
+
+	// SubjectEpisodesPrefix + task family; rollout publishes each finished episode there.
+	SubjectEpisodesPrefix = "jetrl.episodes."
+	SubjectEpisodesAll    = "jetrl.episodes.>"
+	// SubjectBatches carries groups assembled by the replay-buffer.
+	SubjectBatches = "jetrl.batches"
+	// SubjectTrain carries batches with advantages, ready for the trainer.
+	SubjectTrain = "jetrl.train"
+	// SubjectDeadLetterPrefix + stage name; HeaderDeadLetterReason says why the stage refused the message.
+	SubjectDeadLetterPrefix = "jetrl.deadletter."
+	HeaderDeadLetterReason  = "Jetrl-Deadletter-Reason"
+	HeaderDeadLetterSubject = "Jetrl-Deadletter-Subject"
+)
+
+// SubjectEpisodes is the subject an episode of one task family is published on.
+func SubjectEpisodes(task string) string { return SubjectEpisodesPrefix + task }
+
+// Durable consumer names, one per consuming stage.
+const (
+	ConsumerReplayBuffer = "replay-buffer"
+	ConsumerNormalizer   = "advantage-normalizer"
+	ConsumerTrainer      = "trainer"
+)
+
+// Events: core NATS, best effort, for progress displays and operators. Nothing depends on them for correctness.
+const (
+	SubjectEventTrainStep = "jetrl.events.trainer.step"
+)
+
+// SubjectStatus is the status endpoint of one service (request/reply, JSON reply).
+func SubjectStatus(service string) string { return "jetrl.status." + service }
+
+// KV buckets and Object Store buckets.
+const (
+	// BucketPolicy holds the current policy version record under KeyPolicyCurrent.
+	BucketPolicy     = "jetrl_policy"
+	KeyPolicyCurrent = "current"
+	// BucketAdmission holds the staleness gate's episode counter under KeyAdmission.
+	BucketAdmission = "jetrl_admission"
+	KeyAdmission    = "episodes"
+	// BucketWeights is the Object Store of policy weights, one object per version.
+	BucketWeights = "jetrl_weights"
+	// BucketCheckpoints is the Object Store of trainer checkpoints.
+	BucketCheckpoints = "jetrl_checkpoints"
+	KeyCheckpoint     = "trainer"
+)
+
+// WeightsObject names the object that holds the weights of one policy version.
+func WeightsObject(version int64) string { return "policy-" + strconv.FormatInt(version, 10) }
+
+// Limits. A message larger than its limit is refused with ErrPayloadTooLarge before it is sent.
+const (
+	MaxEpisodeBytes    = 1 << 20 // one episode
+	MaxBatchBytes      = 8 << 20 // one batch or train batch; needs max_payload >= this on the server
+	MaxEnvMessageBytes = 256 << 10
+	ServerMaxPayload   = 8 << 20 // max_payload the embedded server is started with
+	DedupWindow        = 10 * time.Minute
+	StreamMaxAge       = 24 * time.Hour
+	StreamMaxBytes     = 2 << 30
+	WeightsHistory     = 8 // versions kept in BucketWeights before the oldest are deleted
+)
+
+// StreamSpec is one JetStream stream of the mesh.
+type StreamSpec struct {
+	Name     string
+	Subjects []string
+	// Streams keep messages (limits retention) so that `jetrl replay` can read a run back.
+	MaxBytes int64
+	MaxAge   time.Duration
+	MaxMsg   int32
+}
+
+// Streams lists every stream; shared/bus creates them idempotently.
+var Streams = []StreamSpec{
+	{Name: StreamEpisodes, Subjects: []string{SubjectEpisodesAll}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},
+	{Name: StreamBatches, Subjects: []string{SubjectBatches}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
+	{Name: StreamTrain, Subjects: []string{SubjectTrain}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
+	{Name: StreamDeadLetter, Subjects: []string{SubjectDeadLetterPrefix + ">"}, MaxBytes: StreamMaxBytes, MaxAge: 7 * StreamMaxAge, MaxMsg: ServerMaxPayload},
+}
+
+// KVSpec is one KV bucket of the mesh.
+type KVSpec struct {
+	Bucket  string
+	History uint8
+}
+
+// KVBuckets lists every KV bucket.
+var KVBuckets = []KVSpec{
+	{Bucket: BucketPolicy, History: 16},
+	{Bucket: BucketAdmission, History: 1},
+}
+
+// ObjectBuckets lists every Object Store bucket.
+var ObjectBuckets = []string{BucketWeights, BucketCheckpoints}

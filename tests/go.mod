@@ -1,0 +1,3 @@
+module github.com/jetrl/jetrl/tests
+
+go 1.26.0
