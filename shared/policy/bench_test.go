@@ -1,0 +1,68 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+)
+
+// benchInput is an ALFWorld-sized turn: a one-line goal, a room description and 20 admissible calls.
+func benchInput() Input {
+	var cands []string
+	for i := 1; i <= 6; i++ {
+		cands = append(cands, fmt.Sprintf("go to cabinet %d", i), fmt.Sprintf("open drawer %d", i))
+	}
+	cands = append(cands, "go to countertop 1", "go to fridge 1", "go to sinkbasin 1", "go to stoveburner 2",
+		"take mug 1 from countertop 1", "put apple 2 in/on microwave 1", "inventory", "look")
+	return Input{
+		Task:        "alfworld",
+		Instruction: "Your task is to: put a cool mug in cabinet.",
+		Observation: "You arrive at countertop 1. On the countertop 1, you see a apple 2, a bread 1, a butterknife 3, " +
+			"a dishsponge 1, a mug 1, a peppershaker 2, and a spatula 1. You are in the middle of a room. Looking " +
+			"quickly around you, you see a cabinet 6, a cabinet 5, a cabinet 4, a cabinet 3, a cabinet 2, a cabinet 1, " +
+			"a coffeemachine 1, a countertop 3, a countertop 2, a countertop 1, a drawer 3, a drawer 2, a drawer 1.",
+		History:    []string{"go to fridge 1", "open fridge 1", "close fridge 1", "go to countertop 1"},
+		Candidates: cands,
+	}
+}
+
+func benchModel(b *testing.B) *Model {
+	cfg := Config{Seed: 1}
+	cfg.SetDefaults()
+	m, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+func BenchmarkScores(b *testing.B) {
+	m, in := benchModel(b), benchInput()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Scores(in)
+	}
+}
+
+func BenchmarkAccumulateGrad(b *testing.B) {
+	m, in := benchModel(b), benchInput()
+	grad := make([]float64, m.NumParams())
+	b.ReportAllocs()
+	for b.Loop() {
+		m.AccumulateGrad(in, 3, 0.5, grad)
+	}
+}
+
+func BenchmarkAdamStep(b *testing.B) {
+	m := benchModel(b)
+	opt := NewAdam(m.NumParams(), AdamConfig{})
+	grad := make([]float64, m.NumParams())
+	for i := range grad {
+		grad[i] = float64(i%7-3) * 1e-3
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := opt.Step(m.Weights, grad); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

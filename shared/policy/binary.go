@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// Weight file layout, little-endian: magic "JETRLPOL", format version uint32, Bits uint32, Temperature
+// float64, 1<<Bits float32 weights, then the IEEE CRC32 of everything before it.
+const (
+	modelMagic   = "JETRLPOL"
+	modelVersion = 1
+	modelHeader  = len(modelMagic) + 4 + 4 + 8
+)
+
+// MarshalBinary encodes the model in the weight file layout.
+func (m *Model) MarshalBinary() ([]byte, error) {
+	if err := validateShape(m.Bits, m.Temperature); err != nil {
+		return nil, err
+	}
+	if len(m.Weights) != 1<<m.Bits {
+		return nil, fmt.Errorf("%w: %d weights for Bits %d", ErrConfig, len(m.Weights), m.Bits)
+	}
+	b := make([]byte, 0, modelHeader+4*len(m.Weights)+4)
+	b = append(b, modelMagic...)
+	b = binary.LittleEndian.AppendUint32(b, modelVersion)
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.Bits))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.Temperature))
+	b = appendFloat32s(b, m.Weights)
+	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b)), nil
+}
+
+// UnmarshalBinary decodes the weight file layout; on error m is left unchanged.
+func (m *Model) UnmarshalBinary(b []byte) error {
+	body, err := checkFrame(b, modelMagic, modelHeader)
+	if err != nil {
+		return err
+	}
+	if v := binary.LittleEndian.Uint32(body[8:]); v != modelVersion {
+		return fmt.Errorf("%w: weight format version %d, this build reads %d", ErrCorrupt, v, modelVersion)
+	}
+	bits := int(binary.LittleEndian.Uint32(body[12:]))
+	temperature := math.Float64frombits(binary.LittleEndian.Uint64(body[16:]))
+	if err := validateShape(bits, temperature); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if want := modelHeader + 4<<bits; len(body) != want {
+		return fmt.Errorf("%w: weight file is %d bytes, Bits %d needs %d", ErrCorrupt, len(b), bits, want+4)
+	}
+	w, err := readFloat32s(body[modelHeader:], 1<<bits)
+	if err != nil {
+		return err
+	}
+	m.Bits, m.Temperature, m.Weights = bits, temperature, w
+	return nil
+}
+
+// Load decodes a model from its weight file.
+func Load(b []byte) (*Model, error) {
+	m := new(Model)
+	if err := m.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// checkFrame verifies the magic and the trailing CRC32 and returns b without the CRC.
+func checkFrame(b []byte, magic string, header int) ([]byte, error) {
+	if len(b) < header+4 {
+		return nil, fmt.Errorf("%w: %d bytes is too short for a %s file", ErrCorrupt, len(b), magic)
+	}
+	if string(b[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: magic %q, want %q", ErrCorrupt, b[:len(magic)], magic)
+	}
+	body := b[:len(b)-4]
+	if got, want := binary.LittleEndian.Uint32(b[len(body):]), crc32.ChecksumIEEE(body); got != want {
+		return nil, fmt.Errorf("%w: %s checksum %08x, computed %08x (truncated or damaged)", ErrCorrupt, magic, got, want)
+	}
+	return body, nil
+}
+
+func appendFloat32s(b []byte, xs []float32) []byte {
+	for _, x := range xs {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+// readFloat32s decodes n float32s and refuses any NaN or infinity.
+func readFloat32s(b []byte, n int) ([]float32, error) {
+	out := make([]float32, n)
+	for i := range out {
+		x := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		if x-x != 0 {
+			return nil, fmt.Errorf("%w: value %d is %v", ErrCorrupt, i, x)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
