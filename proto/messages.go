@@ -97,6 +97,9 @@ type EnvStartReply struct {
 	Tools      []Tool     `msgpack:"tools"`
 	Admissible []ToolCall `msgpack:"admissible"`
 	MaxTurns   int        `msgpack:"max_turns"`
+	// Instruction and Observation repeat the goal and the first observation of Messages, for text policies.
+	Instruction string `msgpack:"instruction"`
+	Observation string `msgpack:"observation"`
 }
 
 // EnvStepRequest sends one tool call to a session.

@@ -57,10 +57,16 @@ const (
 	ConsumerTrainer      = "trainer"
 )
 
-// Events: core NATS, best effort, for progress displays and operators. Nothing depends on them for correctness.
+// Events for progress displays, operators and audits. The trainer's step events are also kept in
+// StreamEvents (Nats-Msg-Id = "train-v<version>"), so every applied batch has a durable record.
 const (
+	StreamEvents          = "JETRL_EVENTS"
+	SubjectEventsAll      = "jetrl.events.>"
 	SubjectEventTrainStep = "jetrl.events.trainer.step"
 )
+
+// TrainStepMsgID is the dedup id of the step event of one policy version.
+func TrainStepMsgID(version int64) string { return "train-v" + strconv.FormatInt(version, 10) }
 
 // SubjectStatus is the status endpoint of one service (request/reply, JSON reply).
 func SubjectStatus(service string) string { return "jetrl.status." + service }
@@ -110,6 +116,7 @@ var Streams = []StreamSpec{
 	{Name: StreamEpisodes, Subjects: []string{SubjectEpisodesAll}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},
 	{Name: StreamBatches, Subjects: []string{SubjectBatches}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamTrain, Subjects: []string{SubjectTrain}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
+	{Name: StreamEvents, Subjects: []string{SubjectEventsAll}, MaxBytes: StreamMaxBytes / 4, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},
 	{Name: StreamDeadLetter, Subjects: []string{SubjectDeadLetterPrefix + ">"}, MaxBytes: StreamMaxBytes, MaxAge: 7 * StreamMaxAge, MaxMsg: ServerMaxPayload},
 }
 

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,4 +69,25 @@ func ConsumerConfig(durable, filter string, maxAckPending int, ackWait time.Dura
 		MaxAckPending: maxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
+}
+
+// ResetTopology deletes every stream and bucket of the mesh (for a fresh run on a server that held an
+// earlier one). Missing ones are not an error.
+func ResetTopology(ctx context.Context, js jetstream.JetStream) error {
+	for _, s := range proto.Streams {
+		if err := js.DeleteStream(ctx, s.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete stream %s: %w", s.Name, err)
+		}
+	}
+	for _, b := range proto.KVBuckets {
+		if err := js.DeleteKeyValue(ctx, b.Bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete kv %s: %w", b.Bucket, err)
+		}
+	}
+	for _, b := range proto.ObjectBuckets {
+		if err := js.DeleteObjectStore(ctx, b); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("delete object store %s: %w", b, err)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,46 @@
+# jetrl — `make run` trains on the built-in tasks with an embedded NATS; `make test` runs every test.
+GO      ?= go
+BIN     ?= bin
+OUT     ?= out/run
+MINUTES ?= 4
+TASKS   ?= alfworld
+SERVICES := env rollout replay-buffer advantage-normalizer trainer
+MODULES  := proto shared services/env services/rollout services/replay-buffer services/advantage-normalizer services/trainer cmd/jetrl tests
+SHELL    := /bin/bash
+export CGO_ENABLED ?= 0
+
+.PHONY: all build run test test-unit test-e2e vet fmt-check bench clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/jetrl ./cmd/jetrl
+	@for s in $(SERVICES); do echo "$(GO) build -o $(BIN)/jetrl-$$s ./services/$$s/cmd/jetrl-$$s"; \
+		$(GO) build -o $(BIN)/jetrl-$$s ./services/$$s/cmd/jetrl-$$s || exit 1; done
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
+run: build
+	$(BIN)/jetrl up --tasks $(TASKS) --minutes $(MINUTES) --out $(OUT)
+
+test: fmt-check vet build test-unit test-e2e
+
+fmt-check:
+	@bad=$$(gofmt -l $(MODULES)); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+
+vet:
+	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+
+# Unit and package tests of every module, with the race detector.
+test-unit:
+	@for m in $(filter-out tests,$(MODULES)); do echo "== $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -count=1 ./...) || exit 1; done
+
+# End-to-end tests: the mesh learning on an embedded server, the services as separate processes.
+test-e2e: build
+	cd tests && JETRL_BIN=$(abspath $(BIN)) $(GO) test -count=1 -timeout 25m -v ./...
+
+bench:
+	cd shared && $(GO) test -run '^$$' -bench . -benchmem ./policy/
+
+clean:
+	rm -rf $(BIN) out

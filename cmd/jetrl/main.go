@@ -1,0 +1,30 @@
+// Command jetrl is the operator CLI: run the whole mesh in one process (up), evaluate weights (eval),
+// and read a run's streams back (replay).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+type globals struct{}
+
+type cli struct {
+	Up     upCmd     `cmd:"" help:"Start NATS (embedded unless --nats) and all five services, train, and write results."`
+	Eval   evalCmd   `cmd:"" help:"Evaluate weights (or the random / scripted policy) on held-out instances."`
+	Replay replayCmd `cmd:"" help:"Print a stream of a run as JSON lines, from a sequence or a time."`
+}
+
+func main() {
+	var c cli
+	k := kong.Parse(&c, kong.Name("jetrl"), kong.Description("jetrl: asynchronous multi-turn RL for tool-using agents on NATS JetStream."), kong.UsageOnError())
+	k.FatalIfErrorf(k.Run(&globals{}))
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

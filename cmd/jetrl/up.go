@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jetrl/jetrl/cmd/jetrl/internal/runout"
+	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
+	"github.com/jetrl/jetrl/proto"
+	normalizer "github.com/jetrl/jetrl/services/advantage-normalizer"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/services/trainer"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+type upCmd struct {
+	Tasks        []string      `name:"tasks" default:"alfworld" help:"Task families to train on, comma separated."`
+	Minutes      float64       `name:"minutes" default:"4" help:"Training time budget."`
+	Seed         uint64        `name:"seed" default:"1" help:"Seed of the policy, instance draws and evaluation."`
+	Out          string        `name:"out" default:"out/run" help:"Output folder."`
+	NATS         string        `name:"nats" help:"Use this NATS server instead of an embedded one."`
+	Fresh        bool          `name:"fresh" default:"true" negatable:"" help:"Start from scratch (delete the data of an earlier run)."`
+	GroupSize    int           `name:"group-size" default:"8" help:"GRPO group size G."`
+	BatchSize    int           `name:"batch-size" default:"64" help:"Batch size B in episodes."`
+	Eta          int           `name:"eta" default:"2" help:"Staleness bound (0: synchronous)."`
+	Rollouts     int           `name:"rollouts" default:"1" help:"Rollout replicas."`
+	EnvHosts     int           `name:"env-hosts" default:"1" help:"Env hosts."`
+	Concurrency  int           `name:"concurrency" default:"64" help:"Episodes each rollout replica plays at once."`
+	StaleProb    float64       `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
+	LR           float64       `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
+	Epochs       int           `name:"epochs" default:"2" help:"PPO epochs per batch."`
+	EvalEpisodes int           `name:"eval-episodes" default:"200" help:"Held-out episodes per task for the before/after evaluation."`
+	EvalEvery    time.Duration `name:"eval-every" default:"30s" help:"Held-out evaluation period during training (0: off)."`
+	Target       float64       `name:"target" default:"0" help:"Stop early once held-out success reaches this on every task (0: never)."`
+	LogLevel     string        `name:"log-level" default:"info" help:"Level of the log written to <out>/jetrl.log."`
+	Quiet        bool          `name:"quiet" help:"No progress display."`
+}
+
+func (c *upCmd) Validate() error {
+	var errs []error
+	if c.Minutes <= 0 {
+		errs = append(errs, fmt.Errorf("--minutes %v must be positive", c.Minutes))
+	}
+	if len(c.Tasks) == 0 {
+		errs = append(errs, errors.New("--tasks is empty"))
+	}
+	if c.EvalEpisodes < 1 {
+		errs = append(errs, fmt.Errorf("--eval-episodes %d must be at least 1", c.EvalEpisodes))
+	}
+	if c.Target < 0 || c.Target > 1 {
+		errs = append(errs, fmt.Errorf("--target %v must be in [0, 1]", c.Target))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *upCmd) Run(g *globals) error {
+	ctx, stop := signalContext()
+	defer stop()
+	if err := os.MkdirAll(c.Out, 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(c.Out, runout.LogFile))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	log, err := logging.New("jetrl", c.LogLevel, false, logf)
+	if err != nil {
+		return err
+	}
+	url := c.NATS
+	if url == "" {
+		dir := filepath.Join(c.Out, "nats")
+		if c.Fresh {
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+		}
+		srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		url = srv.URL()
+	}
+	admin, err := bus.Connect(ctx, url, "jetrl-up", log)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	js, err := bus.JetStream(admin)
+	if err != nil {
+		return err
+	}
+	if c.Fresh && c.NATS != "" {
+		if err := bus.ResetTopology(ctx, js); err != nil {
+			return err
+		}
+	}
+
+	tcfg := trainer.DefaultConfig()
+	tcfg.Model.Seed = int64(c.Seed)
+	tcfg.Epochs = c.Epochs
+	tcfg.Adam.LR = c.LR
+	m, err := mesh.Start(ctx, mesh.Config{
+		NATSURL: url, Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
+		EnvHosts: c.EnvHosts, Rollouts: c.Rollouts, StaleProb: c.StaleProb,
+		Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
+		Rollout: rollout.Config{Concurrency: c.Concurrency},
+		Log:     log,
+	})
+	if err != nil {
+		return err
+	}
+	defer m.Stop()
+	if err := m.WaitVersion(ctx, 0); err != nil {
+		return err
+	}
+	env := envclient.New(admin, envclient.Config{})
+	say := func(format string, args ...any) {
+		if !c.Quiet {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}
+	}
+	say("jetrl up: tasks %s, %v minutes, out %s (log: %s)", strings.Join(c.Tasks, ","), c.Minutes, c.Out, filepath.Join(c.Out, runout.LogFile))
+	say("evaluating the untrained policy on %d held-out episodes per task...", c.EvalEpisodes)
+	before, _, err := evalCurrent(ctx, js, env, c.Tasks, c.EvalEpisodes, c.Seed)
+	if err != nil {
+		return fmt.Errorf("evaluate untrained policy: %w", err)
+	}
+	metrics, err := runout.OpenMetrics(c.Out)
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	if err := metrics.Add(evalPoint(0, 0, 0, before)); err != nil {
+		return err
+	}
+
+	steps := make(chan *nats.Msg, 1024)
+	sub, err := admin.ChanSubscribe(proto.SubjectEventTrainStep, steps)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	start := time.Now()
+	if err := m.StartRollouts(ctx); err != nil {
+		return err
+	}
+	budget := time.Duration(c.Minutes * float64(time.Minute))
+	deadline := time.NewTimer(budget)
+	defer deadline.Stop()
+	progress := newProgress(budget, c.Quiet)
+	var evalTick <-chan time.Time
+	if c.EvalEvery > 0 {
+		t := time.NewTicker(c.EvalEvery)
+		defer t.Stop()
+		evalTick = t.C
+	}
+	evalDone := make(chan evalOutcome, 1)
+	evalBusy := false
+	recent := map[string]*ema{}
+	var last proto.TrainStep
+	reached := false
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			say("\ninterrupted; stopping")
+			break loop
+		case <-deadline.C:
+			break loop
+		case msg := <-steps:
+			var ev proto.TrainStep
+			if codec.Unmarshal(msg.Data, &ev) != nil {
+				continue
+			}
+			last = ev
+			p := runout.Point{Kind: "train", Seconds: time.Since(start).Seconds(), Version: ev.Version, EpisodesTrained: ev.EpisodesTrained,
+				Loss: ev.Loss, ClipFraction: ev.ClipFraction, MaxStaleness: ev.MaxStaleness, Tasks: map[string]runout.TaskPoint{}}
+			for t, st := range ev.Tasks {
+				p.Tasks[t] = runout.TaskPoint{Success: float64(st.Successes) / float64(max(st.Episodes, 1)), MeanReward: st.MeanReward, Episodes: st.Episodes}
+				if recent[t] == nil {
+					recent[t] = &ema{}
+				}
+				recent[t].add(p.Tasks[t].Success)
+			}
+			if err := metrics.Add(p); err != nil {
+				return err
+			}
+			progress.update(time.Since(start), ev.Version, ev.EpisodesTrained, recent)
+		case <-evalTick:
+			if evalBusy {
+				continue
+			}
+			evalBusy = true
+			go func(at time.Duration) {
+				res, loaded, err := evalCurrent(ctx, js, env, c.Tasks, max(c.EvalEpisodes/2, 20), c.Seed+1)
+				evalDone <- evalOutcome{res, loaded.Version, at, err}
+			}(time.Since(start))
+		case o := <-evalDone:
+			evalBusy = false
+			if o.err != nil {
+				continue
+			}
+			_ = metrics.Add(evalPoint(o.at.Seconds(), o.version, m.Trainer.Stats().EpisodesTrained, o.res))
+			progress.note(o.res)
+			if c.Target > 0 && allAtLeast(o.res, c.Target) {
+				reached = true
+				break loop
+			}
+		}
+	}
+	wall := time.Since(start)
+	progress.finish()
+	if evalBusy {
+		<-evalDone
+	}
+	m.StopRollouts()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if reached {
+		say("held-out success reached %.0f%% on every task after %s", 100*c.Target, wall.Round(time.Second))
+	}
+	say("evaluating the trained policy on %d held-out episodes per task...", c.EvalEpisodes)
+	after, finalModel, err := evalCurrent(ctx, js, env, c.Tasks, c.EvalEpisodes, c.Seed)
+	if err != nil {
+		return fmt.Errorf("evaluate trained policy: %w", err)
+	}
+	tstats, bstats := m.Trainer.Stats(), m.Buffer.Stats()
+	if err := metrics.Add(evalPoint(wall.Seconds(), finalModel.Version, tstats.EpisodesTrained, after)); err != nil {
+		return err
+	}
+	var infra int64
+	for _, r := range m.Rollouts {
+		infra += r.Status().InfraFailures
+	}
+	sum := runout.Summary{
+		Tasks: map[string]runout.TaskSummary{}, EpisodesTrained: tstats.EpisodesTrained, PolicyVersion: tstats.Version,
+		WallSeconds: wall.Seconds(), InfraFailures: infra, Seed: c.Seed,
+		Staleness: runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped},
+		Config: map[string]any{"tasks": c.Tasks, "minutes": c.Minutes, "group_size": c.GroupSize, "batch_size": c.BatchSize,
+			"eta": c.Eta, "rollouts": c.Rollouts, "env_hosts": c.EnvHosts, "concurrency": c.Concurrency, "stale_prob": c.StaleProb,
+			"lr": c.LR, "epochs": c.Epochs, "last_batch": last.BatchID},
+	}
+	for _, t := range c.Tasks {
+		sum.Tasks[t] = runout.TaskSummary{
+			HeldoutSuccessBefore: before[t].Success, HeldoutSuccessAfter: after[t].Success,
+			HeldoutMeanRewardBefore: before[t].MeanReward, HeldoutMeanRewardAfter: after[t].MeanReward,
+			EvalEpisodes: after[t].Episodes,
+		}
+	}
+	w, err := finalModel.Model.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.Out, runout.WeightsFile), w, 0o644); err != nil {
+		return err
+	}
+	if err := runout.WriteJSON(c.Out, runout.SummaryFile, sum); err != nil {
+		return err
+	}
+	if err := runout.Plot(filepath.Join(c.Out, runout.PlotFile), metrics.Points()); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	fmt.Print(runout.Table(sum.Tasks))
+	fmt.Printf("trained %d episodes to policy version %d in %s; max staleness %d (eta %d), %d stale episodes dropped\n",
+		sum.EpisodesTrained, sum.PolicyVersion, wall.Round(time.Second), sum.Staleness.MaxObserved, c.Eta, sum.Staleness.DroppedEpisodes)
+	fmt.Printf("wrote %s, %s, %s, %s\n", filepath.Join(c.Out, runout.SummaryFile), filepath.Join(c.Out, runout.MetricsFile),
+		filepath.Join(c.Out, runout.PlotFile), filepath.Join(c.Out, runout.WeightsFile))
+	m.Stop()
+	return m.Err()
+}
+
+type evalOutcome struct {
+	res     map[string]rollout.EvalResult
+	version int64
+	at      time.Duration
+	err     error
+}
+
+// evalCurrent evaluates the published policy greedily on held-out instances.
+func evalCurrent(ctx context.Context, js jetstream.JetStream, env *envclient.Client, tasks []string, n int, seed uint64) (map[string]rollout.EvalResult, mesh.Loaded, error) {
+	return mesh.EvaluateCurrent(ctx, js, env, rollout.EvalConfig{Tasks: tasks, Episodes: n, Seed: seed})
+}
+
+func evalPoint(seconds float64, version, trained int64, res map[string]rollout.EvalResult) runout.Point {
+	p := runout.Point{Kind: "eval", Seconds: seconds, Version: version, EpisodesTrained: trained, Tasks: map[string]runout.TaskPoint{}}
+	for t, r := range res {
+		p.Tasks[t] = runout.TaskPoint{Success: r.Success, MeanReward: r.MeanReward, Episodes: r.Episodes}
+	}
+	return p
+}
+
+func allAtLeast(res map[string]rollout.EvalResult, target float64) bool {
+	for _, r := range res {
+		if r.Success < target {
+			return false
+		}
+	}
+	return len(res) > 0
+}
+
+// ema is an exponential moving average of training success, for the progress display.
+type ema struct {
+	v   float64
+	set bool
+}
+
+func (e *ema) add(x float64) {
+	if !e.set {
+		e.v, e.set = x, true
+		return
+	}
+	e.v = 0.8*e.v + 0.2*x
+}
+
+// progress shows a bar on a terminal and a line every 15 s elsewhere (logs, CI).
+type progress struct {
+	bar       *progressbar.ProgressBar
+	quiet     bool
+	lastPrint time.Time
+	heldout   string
+}
+
+func newProgress(budget time.Duration, quiet bool) *progress {
+	p := &progress{quiet: quiet}
+	if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
+		p.bar = progressbar.NewOptions64(int64(budget.Seconds()),
+			progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionShowElapsedTimeOnFinish(),
+			progressbar.OptionSetPredictTime(false),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionSetDescription("training"),
+		)
+	}
+	return p
+}
+
+func (p *progress) update(elapsed time.Duration, version, episodes int64, recent map[string]*ema) {
+	if p.quiet {
+		return
+	}
+	names := make([]string, 0, len(recent))
+	for t := range recent {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, t := range names {
+		parts = append(parts, fmt.Sprintf("%s %3.0f%%", t, 100*recent[t].v))
+	}
+	desc := fmt.Sprintf("v%-4d %6d episodes | train success: %s%s", version, episodes, strings.Join(parts, " "), p.heldout)
+	if p.bar != nil {
+		p.bar.Describe(desc)
+		_ = p.bar.Set64(int64(elapsed.Seconds()))
+		return
+	}
+	if time.Since(p.lastPrint) >= 15*time.Second {
+		p.lastPrint = time.Now()
+		fmt.Fprintf(os.Stderr, "[%s] %s\n", elapsed.Round(time.Second), desc)
+	}
+}
+
+func (p *progress) note(res map[string]rollout.EvalResult) {
+	names := make([]string, 0, len(res))
+	for t := range res {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, t := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", t, 100*res[t].Success))
+	}
+	p.heldout = " | held-out: " + strings.Join(parts, " ")
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(os.Stderr)
+	}
+}

@@ -1,0 +1,183 @@
+// Package normalizer is the advantage-normalizer service: for each batch it computes GRPO group advantages,
+// then task advantage normalization across the batch, and publishes the train batch under the batch's id.
+package normalizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/service"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Config of the advantage-normalizer.
+type Config struct {
+	ID string
+	// AbnormalReward replaces the reward of episodes the agent ended abnormally.
+	AbnormalReward float64
+	// TaskNorm turns task advantage normalization on.
+	TaskNorm bool
+}
+
+// DefaultConfig is the paper's setting.
+func DefaultConfig() Config {
+	return Config{AbnormalReward: DefaultAbnormalReward, TaskNorm: true}
+}
+
+// Validate explains what is wrong with a configuration.
+func (c *Config) Validate() error {
+	if c.AbnormalReward > 0 || c.AbnormalReward < -1 {
+		return fmt.Errorf("advantage-normalizer: abnormal reward %v must be in [-1, 0]", c.AbnormalReward)
+	}
+	return nil
+}
+
+// Deps are what the normalizer needs from its process.
+type Deps struct {
+	Conn    *nats.Conn
+	Log     zerolog.Logger
+	Metrics prometheus.Registerer
+}
+
+// Normalizer is the service.
+type Normalizer struct {
+	cfg     Config
+	deps    Deps
+	running atomic.Bool
+
+	mu    sync.Mutex
+	stats Stats
+
+	batches *prometheus.CounterVec
+}
+
+// Stats are the normalizer's counters.
+type Stats struct {
+	Batches      int64 `json:"batches"`
+	Episodes     int64 `json:"episodes"`
+	DeadLettered int64 `json:"dead_lettered"`
+}
+
+// New validates the configuration and builds the service.
+func New(cfg Config, deps Deps) (*Normalizer, error) {
+	if cfg.ID == "" {
+		cfg.ID = strings.ToLower(nuid.Next()[:10])
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Conn == nil {
+		return nil, errors.New("advantage-normalizer: Deps.Conn is required")
+	}
+	n := &Normalizer{cfg: cfg, deps: deps}
+	n.batches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_normalizer_batches_total", Help: "Batches handled, by outcome."}, []string{"outcome"})
+	if deps.Metrics != nil {
+		if err := deps.Metrics.Register(n.batches); err != nil {
+			return nil, fmt.Errorf("advantage-normalizer metrics: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// Running reports whether the service is consuming.
+func (n *Normalizer) Running() bool { return n.running.Load() }
+
+// Stats returns a copy of the counters.
+func (n *Normalizer) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats
+}
+
+// Run consumes batches until ctx ends; the batch in hand is finished first.
+func (n *Normalizer) Run(ctx context.Context) error {
+	log := n.deps.Log.With().Str("normalizer", n.cfg.ID).Logger()
+	js, err := bus.JetStream(n.deps.Conn)
+	if err != nil {
+		return err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamBatches,
+		bus.ConsumerConfig(proto.ConsumerNormalizer, proto.SubjectBatches, 64, time.Minute))
+	if err != nil {
+		return fmt.Errorf("advantage-normalizer consumer: %w", err)
+	}
+	svc, err := service.Announce(n.deps.Conn, "advantage-normalizer", n.cfg.ID, func() any { return n.Stats() })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+	it, err := cons.Messages(jetstream.PullMaxMessages(16))
+	if err != nil {
+		return fmt.Errorf("advantage-normalizer messages: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	n.running.Store(true)
+	defer n.running.Store(false)
+	log.Info().Bool("task_norm", n.cfg.TaskNorm).Float64("abnormal_reward", n.cfg.AbnormalReward).Msg("advantage-normalizer started")
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				log.Info().Interface("stats", n.Stats()).Msg("advantage-normalizer stopped")
+				return nil
+			}
+			log.Warn().Err(err).Msg("next batch")
+			continue
+		}
+		n.handle(ctx, js, m, log)
+	}
+}
+
+func (n *Normalizer) handle(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
+	var b proto.Batch
+	err := codec.Unmarshal(m.Data(), &b)
+	var tb *proto.TrainBatch
+	if err == nil {
+		tb, err = Advantages(&b, Options{AbnormalReward: n.cfg.AbnormalReward, TaskNorm: n.cfg.TaskNorm})
+	}
+	if err != nil {
+		n.batches.WithLabelValues("refused").Inc()
+		n.mu.Lock()
+		n.stats.DeadLettered++
+		n.mu.Unlock()
+		log.Error().Err(err).Str("batch", b.ID).Msg("batch refused; dead-lettered")
+		if err := bus.DeadLetter(ctx, js, "advantage-normalizer", m, err); err != nil {
+			log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
+		}
+		return
+	}
+	data, err := codec.Marshal(tb, proto.MaxBatchBytes)
+	if err == nil {
+		// Publish even if ctx is ending: the batch in hand is finished, then acked.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err = bus.PublishOnce(pctx, js, proto.SubjectTrain, tb.ID, data)
+		cancel()
+	}
+	if err != nil {
+		log.Error().Err(err).Str("batch", b.ID).Msg("publish train batch; will be redelivered")
+		_ = m.Nak()
+		return
+	}
+	if err := m.Ack(); err != nil {
+		log.Warn().Err(err).Str("batch", b.ID).Msg("ack batch (redelivery is deduplicated)")
+	}
+	n.batches.WithLabelValues("published").Inc()
+	n.mu.Lock()
+	n.stats.Batches++
+	n.stats.Episodes += int64(len(tb.Episodes))
+	n.mu.Unlock()
+	log.Debug().Str("batch", b.ID).Int("episodes", len(tb.Episodes)).Msg("train batch published")
+}

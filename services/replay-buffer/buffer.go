@@ -1,0 +1,427 @@
+// Package replaybuffer is the replay-buffer service: it collects episodes into complete GRPO groups,
+// drops what is too stale, and releases batches of whole groups to the batches stream. An episode's
+// message is acked only once the batch that holds it is stored (or once it is known never to train).
+package replaybuffer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/admission"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/service"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Defaults of Config.
+const (
+	DefaultBatchSize    = 64
+	DefaultEta          = 2
+	DefaultGroupTimeout = 2 * time.Minute
+	DefaultMinGroup     = 2
+	// maxRemembered bounds the ids of released groups kept to recognise late and repeated episodes.
+	maxRemembered = 1 << 17
+)
+
+// Config of the replay-buffer.
+type Config struct {
+	ID string
+	// BatchSize is B: a batch holds whole groups with at least B usable episodes.
+	BatchSize int
+	// Eta is the staleness bound: an episode admitted at version s is dropped once the trainer is past s+Eta.
+	Eta int
+	// GroupTimeout releases a group that is still missing members (their rollout died) after this long.
+	GroupTimeout time.Duration
+	// MinGroup is the fewest usable members a group needs to train (GRPO needs two to compare).
+	MinGroup int
+}
+
+// SetDefaults fills unset fields.
+func (c *Config) SetDefaults() {
+	if c.ID == "" {
+		c.ID = strings.ToLower(nuid.Next()[:10])
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.GroupTimeout == 0 {
+		c.GroupTimeout = DefaultGroupTimeout
+	}
+	if c.MinGroup == 0 {
+		c.MinGroup = DefaultMinGroup
+	}
+}
+
+// Validate explains what is wrong with a configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("replay-buffer: batch size %d must be at least 1", c.BatchSize))
+	}
+	if c.Eta < 0 {
+		errs = append(errs, fmt.Errorf("replay-buffer: eta %d must be >= 0", c.Eta))
+	}
+	if c.GroupTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("replay-buffer: group timeout %v must be at least 1s", c.GroupTimeout))
+	}
+	if c.MinGroup < 1 {
+		errs = append(errs, fmt.Errorf("replay-buffer: min group %d must be at least 1", c.MinGroup))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are what the buffer needs from its process.
+type Deps struct {
+	Conn    *nats.Conn
+	Log     zerolog.Logger
+	Metrics prometheus.Registerer
+}
+
+type member struct {
+	ep  proto.Episode
+	msg jetstream.Msg
+}
+
+type group struct {
+	id, task  string
+	size      int
+	members   map[string]member
+	firstSeen time.Time
+}
+
+// Buffer is the replay-buffer.
+type Buffer struct {
+	cfg  Config
+	deps Deps
+
+	version atomic.Int64
+	running atomic.Bool
+
+	groups   map[string]*group
+	ready    []*group // complete (or timed out) groups in completion order
+	released map[string]struct{}
+	order    []string // released group ids, oldest first, to bound released
+
+	mu    sync.Mutex
+	stats Stats
+
+	episodes, dropped *prometheus.CounterVec
+	batches           prometheus.Counter
+	staleness         prometheus.Histogram
+	pending           prometheus.Gauge
+}
+
+// Stats are the buffer's counters.
+type Stats struct {
+	Received      int64 `json:"episodes_received"`
+	Batched       int64 `json:"episodes_batched"`
+	Batches       int64 `json:"batches_released"`
+	DroppedStale  int64 `json:"dropped_stale"`
+	Masked        int64 `json:"masked_infra"`
+	DroppedGroup  int64 `json:"dropped_small_group"`
+	Missing       int64 `json:"missing_timeout"`
+	Duplicates    int64 `json:"duplicates"`
+	Late          int64 `json:"late"`
+	DeadLettered  int64 `json:"dead_lettered"`
+	MaxStaleness  int64 `json:"max_staleness"`
+	PendingGroups int   `json:"pending_groups"`
+}
+
+// New validates the configuration and builds the buffer.
+func New(cfg Config, deps Deps) (*Buffer, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Conn == nil {
+		return nil, errors.New("replay-buffer: Deps.Conn is required")
+	}
+	b := &Buffer{cfg: cfg, deps: deps, groups: map[string]*group{}, released: map[string]struct{}{}}
+	b.version.Store(-1)
+	b.episodes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_episodes_total", Help: "Episodes received, by task and outcome."}, []string{"task", "outcome"})
+	b.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_dropped_total", Help: "Episodes that will not train, by reason."}, []string{"reason"})
+	b.batches = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_batches_total", Help: "Batches released."})
+	b.staleness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_replay_staleness_versions", Help: "Staleness of batched episodes at release, in versions.", Buckets: prometheus.LinearBuckets(0, 1, 10)})
+	b.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_replay_pending_groups", Help: "Groups held, complete or not."})
+	if deps.Metrics != nil {
+		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending} {
+			if err := deps.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("replay-buffer metrics: %w", err)
+			}
+		}
+	}
+	return b, nil
+}
+
+// Running reports whether the buffer is consuming.
+func (b *Buffer) Running() bool { return b.running.Load() }
+
+// Stats returns a copy of the counters.
+func (b *Buffer) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}
+
+func (b *Buffer) count(f func(*Stats)) {
+	b.mu.Lock()
+	f(&b.stats)
+	b.mu.Unlock()
+}
+
+// Run consumes episodes until ctx ends. All state changes happen on this goroutine.
+func (b *Buffer) Run(ctx context.Context) error {
+	log := b.deps.Log.With().Str("replay_buffer", b.cfg.ID).Logger()
+	js, err := bus.JetStream(b.deps.Conn)
+	if err != nil {
+		return err
+	}
+	counter, err := admission.Bind(ctx, js)
+	if err != nil {
+		return err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
+		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, 1<<15, 10*time.Minute))
+	if err != nil {
+		return fmt.Errorf("replay-buffer consumer: %w", err)
+	}
+	svc, err := service.Announce(b.deps.Conn, "replay-buffer", b.cfg.ID, func() any { return b.Stats() })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- bus.WatchPolicyVersion(watchCtx, js, log, func(rec proto.PolicyVersion) { b.version.Store(rec.Version) })
+	}()
+	defer func() { stopWatch(); <-watchDone }()
+
+	msgs := make(chan jetstream.Msg, 256)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done(): // not acked: redelivered to the next run
+		}
+	}, jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("replay-buffer consume: %w", err)
+	}
+	defer cc.Stop()
+
+	b.running.Store(true)
+	defer b.running.Store(false)
+	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Msg("replay-buffer started")
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info().Interface("stats", b.Stats()).Msg("replay-buffer stopped")
+			return nil
+		case m := <-msgs:
+			b.receive(ctx, js, m, log)
+		case now := <-tick.C:
+			b.timeout(now, log)
+		}
+		if err := b.release(ctx, js, counter, log); err != nil && ctx.Err() == nil {
+			log.Error().Err(err).Msg("release batch")
+		}
+		b.pending.Set(float64(len(b.groups) + len(b.ready)))
+	}
+}
+
+func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
+	var ep proto.Episode
+	err := codec.Unmarshal(m.Data(), &ep)
+	if err == nil {
+		err = ep.Validate()
+	}
+	if err != nil {
+		b.count(func(s *Stats) { s.DeadLettered++ })
+		b.dropped.WithLabelValues("malformed").Inc()
+		log.Error().Err(err).Str("subject", m.Subject()).Msg("episode refused; dead-lettered")
+		if err := bus.DeadLetter(ctx, js, "replay-buffer", m, err); err != nil {
+			log.Error().Err(err).Msg("dead-letter failed; message will be redelivered")
+		}
+		return
+	}
+	b.count(func(s *Stats) { s.Received++ })
+	if _, done := b.released[ep.GroupID]; done {
+		// A redelivery of a batched episode, or a member that arrived after its group timed out.
+		b.count(func(s *Stats) { s.Late++ })
+		b.episodes.WithLabelValues(ep.Task, "late").Inc()
+		_ = m.Ack()
+		return
+	}
+	g := b.groups[ep.GroupID]
+	if g == nil {
+		g = &group{id: ep.GroupID, task: ep.Task, size: ep.GroupSize, members: map[string]member{}, firstSeen: time.Now()}
+		b.groups[ep.GroupID] = g
+	}
+	if _, dup := g.members[ep.ID]; dup {
+		b.count(func(s *Stats) { s.Duplicates++ })
+	}
+	g.members[ep.ID] = member{ep: ep, msg: m} // a redelivery replaces the older delivery, whose ack would be stale
+	b.episodes.WithLabelValues(ep.Task, "received").Inc()
+	if len(g.members) >= g.size {
+		delete(b.groups, g.id)
+		b.ready = append(b.ready, g)
+	}
+}
+
+// timeout moves groups that have waited too long for missing members to the ready list.
+func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
+	for id, g := range b.groups {
+		if now.Sub(g.firstSeen) > b.cfg.GroupTimeout {
+			log.Warn().Str("group", id).Int("have", len(g.members)).Int("want", g.size).Msg("group timed out; releasing what arrived")
+			delete(b.groups, id)
+			b.ready = append(b.ready, g)
+		}
+	}
+}
+
+// release publishes one batch when the ready groups hold at least BatchSize usable episodes, and settles
+// groups that cannot train (too few usable members).
+func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, log zerolog.Logger) error {
+	v := b.version.Load()
+	if v < 0 || len(b.ready) == 0 {
+		return nil
+	}
+	type settled struct {
+		g             *group
+		ok            []proto.Episode
+		masked, stale int
+	}
+	var take []settled
+	var keep []*group
+	usable := 0
+	for _, g := range b.ready {
+		if usable >= b.cfg.BatchSize {
+			keep = append(keep, g)
+			continue
+		}
+		ok, masked, stale := b.split(g, v)
+		if len(ok) < b.cfg.MinGroup {
+			ok = nil
+		}
+		usable += len(ok)
+		take = append(take, settled{g, ok, masked, stale})
+	}
+	if usable > 0 && usable < b.cfg.BatchSize {
+		return nil // not enough yet: keep everything ready, decide again with more groups
+	}
+	var eps []proto.Episode
+	var refund int64
+	for _, t := range take {
+		eps = append(eps, t.ok...)
+		refund += int64(t.g.size - len(t.ok))
+	}
+	if len(eps) > 0 {
+		if err := b.publish(ctx, js, eps, v); err != nil {
+			return err
+		}
+	}
+	if refund > 0 {
+		if err := counter.Refund(ctx, refund); err != nil {
+			return err
+		}
+	}
+	for _, t := range take {
+		missing := t.g.size - len(t.g.members)
+		small := 0
+		if t.ok == nil {
+			small = len(t.g.members) - t.masked - t.stale
+		}
+		b.count(func(s *Stats) {
+			s.Masked += int64(t.masked)
+			s.DroppedStale += int64(t.stale)
+			s.Missing += int64(missing)
+			s.DroppedGroup += int64(small)
+		})
+		b.dropped.WithLabelValues("infra").Add(float64(t.masked))
+		b.dropped.WithLabelValues("stale").Add(float64(t.stale))
+		b.dropped.WithLabelValues("missing").Add(float64(missing))
+		b.dropped.WithLabelValues("small-group").Add(float64(small))
+		for _, m := range t.g.members {
+			_ = m.msg.Ack()
+		}
+		b.remember(t.g.id)
+	}
+	b.ready = keep
+	return nil
+}
+
+// split sorts a group's members into usable ones and counts the masked and the stale.
+func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale int) {
+	ids := make([]string, 0, len(g.members))
+	for id := range g.members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		ep := g.members[id].ep
+		switch {
+		case ep.InfraFailure:
+			masked++
+		case v-ep.StartVersion > int64(b.cfg.Eta):
+			stale++
+		default:
+			ok = append(ok, ep)
+		}
+	}
+	return ok, masked, stale
+}
+
+// publish stores one batch; its id is a hash of its episode ids, so a re-release after a crash is deduplicated.
+func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []proto.Episode, v int64) error {
+	h := sha256.New()
+	maxStale := int64(0)
+	for _, ep := range eps {
+		h.Write([]byte(ep.ID))
+		h.Write([]byte{0})
+		maxStale = max(maxStale, v-ep.StartVersion)
+		b.staleness.Observe(float64(v - ep.StartVersion))
+	}
+	batch := proto.Batch{Schema: proto.SchemaVersion, ID: "b-" + hex.EncodeToString(h.Sum(nil))[:24], Episodes: eps, TrainerVersion: v, ReleasedAt: time.Now().UnixNano()}
+	data, err := codec.Marshal(batch, proto.MaxBatchBytes)
+	if err != nil {
+		return err
+	}
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, batch.ID, data); err != nil {
+		return fmt.Errorf("publish batch %s: %w", batch.ID, err)
+	}
+	b.batches.Inc()
+	b.count(func(s *Stats) {
+		s.Batches++
+		s.Batched += int64(len(eps))
+		s.MaxStaleness = max(s.MaxStaleness, maxStale)
+		s.PendingGroups = len(b.groups)
+	})
+	b.deps.Log.Debug().Str("batch", batch.ID).Int("episodes", len(eps)).Int64("version", v).Msg("batch released")
+	return nil
+}
+
+func (b *Buffer) remember(groupID string) {
+	b.released[groupID] = struct{}{}
+	b.order = append(b.order, groupID)
+	if len(b.order) > maxRemembered {
+		delete(b.released, b.order[0])
+		b.order = b.order[1:]
+	}
+}

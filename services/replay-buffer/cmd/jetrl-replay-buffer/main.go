@@ -1,0 +1,31 @@
+// Command jetrl-replay-buffer runs the replay-buffer.
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/alecthomas/kong"
+	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
+	"github.com/jetrl/jetrl/shared/config"
+)
+
+type cli struct {
+	config.Common
+	BatchSize    int           `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
+	Eta          int           `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
+	GroupTimeout time.Duration `name:"group-timeout" env:"JETRL_GROUP_TIMEOUT" default:"2m" help:"Release a group missing members after this long."`
+}
+
+func main() {
+	var c cli
+	k := kong.Parse(&c, kong.Description("jetrl replay-buffer: groups episodes and releases batches."))
+	k.FatalIfErrorf(config.Run("replay-buffer", c.Common, func(ctx context.Context, p config.Process) error {
+		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout},
+			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
+		if err != nil {
+			return err
+		}
+		return b.Run(ctx)
+	}))
+}

@@ -1,0 +1,110 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/envclient"
+)
+
+// EvalResult is one task's held-out score.
+type EvalResult struct {
+	Success       float64 `json:"success"`
+	MeanReward    float64 `json:"mean_reward"`
+	Episodes      int     `json:"episodes"`
+	InfraFailures int     `json:"infra_failures"`
+}
+
+// EvalConfig says what to evaluate.
+type EvalConfig struct {
+	Tasks       []string
+	Episodes    int // per task
+	Seed        uint64
+	Split       string // default held-out
+	Concurrency int
+}
+
+// Evaluate plays Episodes instances of each task with actor through the env hosts and scores them.
+// Instance seeds depend only on (Seed, task, index), so two policies evaluated with one seed meet the same
+// instances. Infrastructure failures are counted apart and left out of the scores.
+func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalConfig) (map[string]EvalResult, error) {
+	if cfg.Split == "" {
+		cfg.Split = proto.SplitHeldout
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.Episodes <= 0 {
+		return nil, fmt.Errorf("eval: episodes per task must be positive, got %d", cfg.Episodes)
+	}
+	type job struct {
+		task string
+		i    int
+	}
+	jobs := make(chan job)
+	var mu sync.Mutex
+	sum := map[string]*EvalResult{}
+	for _, t := range cfg.Tasks {
+		sum[t] = &EvalResult{}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				spec := EpisodeSpec{
+					ID: fmt.Sprintf("eval-%s-%d", j.task, j.i), GroupID: "eval", GroupSize: 1,
+					Task: j.task, Split: cfg.Split, Seed: EvalSeed(cfg.Seed, j.task, j.i),
+				}
+				ep, err := RunEpisode(ctx, env, actor, spec)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				r := sum[j.task]
+				if ep.InfraFailure {
+					r.InfraFailures++
+				} else {
+					r.Episodes++
+					r.MeanReward += ep.Reward
+					if ep.Success() {
+						r.Success++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, t := range cfg.Tasks {
+		for i := 0; i < cfg.Episodes; i++ {
+			select {
+			case jobs <- job{t, i}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := map[string]EvalResult{}
+	for t, r := range sum {
+		if r.Episodes > 0 {
+			r.Success /= float64(r.Episodes)
+			r.MeanReward /= float64(r.Episodes)
+		}
+		out[t] = *r
+	}
+	return out, nil
+}
+
+// EvalSeed is the instance seed of evaluation episode i of a task.
+func EvalSeed(seed uint64, task string, i int) uint64 {
+	return hashString(fmt.Sprintf("%d/%s/%d", seed, task, i))
+}

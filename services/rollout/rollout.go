@@ -1,0 +1,357 @@
+// Package rollout is the rollout service: it plays training episodes against env hosts with the current
+// policy (and a stale copy of it), under the staleness gate, and publishes every finished episode to the
+// episodes stream, deduplicated by episode id.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/admission"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/jetrl/jetrl/shared/service"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Defaults of Config.
+const (
+	DefaultGroupSize    = 8
+	DefaultBatchSize    = 64
+	DefaultEta          = 2
+	DefaultConcurrency  = 64
+	DefaultStaleEvery   = 25
+	DefaultDrainTimeout = 10 * time.Second
+)
+
+// Config of one rollout replica.
+type Config struct {
+	// ID names the replica in logs and episodes; default: a random id.
+	ID string
+	// Tasks to train on, drawn in turn (each group is one task instance).
+	Tasks []string
+	// GroupSize is G, the samples of one instance; BatchSize is B in episodes (a multiple of G).
+	GroupSize, BatchSize int
+	// Eta is the staleness bound; 0 is synchronous.
+	Eta int
+	// Concurrency is the most episodes this replica plays at once.
+	Concurrency int
+	// StaleEvery and StaleProb configure cross-policy sampling (StaleProb 0 turns it off).
+	StaleEvery int64
+	StaleProb  float64
+	// Seed of instance draws and sampling.
+	Seed uint64
+	// CallTimeout bounds each env call.
+	CallTimeout time.Duration
+	// DrainTimeout is how long shutdown lets episodes in flight finish before they are cut short.
+	DrainTimeout time.Duration
+}
+
+// SetDefaults fills unset fields.
+func (c *Config) SetDefaults() {
+	if c.ID == "" {
+		c.ID = strings.ToLower(nuid.Next()[:10])
+	}
+	if c.GroupSize == 0 {
+		c.GroupSize = DefaultGroupSize
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.StaleEvery == 0 {
+		c.StaleEvery = DefaultStaleEvery
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+}
+
+// Validate explains what is wrong with a configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Tasks) == 0 {
+		errs = append(errs, errors.New("rollout: at least one task is required"))
+	}
+	if c.GroupSize < 1 {
+		errs = append(errs, fmt.Errorf("rollout: group size %d must be at least 1", c.GroupSize))
+	}
+	if c.BatchSize < c.GroupSize || c.BatchSize%c.GroupSize != 0 {
+		errs = append(errs, fmt.Errorf("rollout: batch size %d must be a positive multiple of group size %d", c.BatchSize, c.GroupSize))
+	}
+	if c.Eta < 0 {
+		errs = append(errs, fmt.Errorf("rollout: eta %d must be >= 0", c.Eta))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("rollout: concurrency %d must be at least 1", c.Concurrency))
+	}
+	if c.StaleProb < 0 || c.StaleProb >= 1 {
+		errs = append(errs, fmt.Errorf("rollout: stale probability %v must be in [0, 1)", c.StaleProb))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are what a replica needs from its process.
+type Deps struct {
+	Conn    *nats.Conn
+	Log     zerolog.Logger
+	Metrics prometheus.Registerer
+}
+
+// Rollout is one replica.
+type Rollout struct {
+	cfg  Config
+	deps Deps
+	pool *WeightsPool
+
+	running  atomic.Bool
+	inflight atomic.Int64
+
+	published, infra *prometheus.CounterVec
+	turns, unpublished prometheus.Counter
+	gateWait         prometheus.Histogram
+	version          prometheus.Gauge
+	stats            struct {
+		sync.Mutex
+		published, infraFailures, turns int64
+	}
+}
+
+// New validates the configuration and builds a replica.
+func New(cfg Config, deps Deps) (*Rollout, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Conn == nil {
+		return nil, errors.New("rollout: Deps.Conn is required")
+	}
+	r := &Rollout{cfg: cfg, deps: deps, pool: NewWeightsPool(cfg.StaleEvery, cfg.StaleProb, false, cfg.Seed^0xa5a5)}
+	r.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_episodes_published_total", Help: "Episodes published, by task and status."}, []string{"task", "status"})
+	r.infra = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_infra_failures_total", Help: "Episodes lost to env failures (masked from training), by task."}, []string{"task"})
+	r.unpublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_episodes_unpublished_total", Help: "Episodes that could not be published before shutdown."})
+	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
+	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
+	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
+	if deps.Metrics != nil {
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.turns, r.unpublished, r.gateWait, r.version} {
+			if err := deps.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("rollout metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Running reports whether the replica is playing.
+func (r *Rollout) Running() bool { return r.running.Load() }
+
+// Status is what the status endpoint reports.
+type Status struct {
+	ID            string `json:"id"`
+	Version       int64  `json:"policy_version"`
+	InFlight      int64  `json:"episodes_in_flight"`
+	Published     int64  `json:"episodes_published"`
+	InfraFailures int64  `json:"infra_failures"`
+	Turns         int64  `json:"turns"`
+}
+
+// Status returns the replica's counters.
+func (r *Rollout) Status() Status {
+	r.stats.Lock()
+	defer r.stats.Unlock()
+	return Status{ID: r.cfg.ID, Version: r.pool.Version(), InFlight: r.inflight.Load(),
+		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns}
+}
+
+// Run plays episodes until ctx ends, then stops admitting, lets episodes in flight finish for up to
+// DrainTimeout and publishes them (cut-short ones as infrastructure failures), and returns.
+func (r *Rollout) Run(ctx context.Context) error {
+	log := r.deps.Log.With().Str("rollout", r.cfg.ID).Logger()
+	js, err := bus.JetStream(r.deps.Conn)
+	if err != nil {
+		return err
+	}
+	src, err := NewWeightsSource(ctx, js)
+	if err != nil {
+		return err
+	}
+	counter, err := admission.Bind(ctx, js)
+	if err != nil {
+		return err
+	}
+	svc, err := service.Announce(r.deps.Conn, "rollout", r.cfg.ID, func() any { return r.Status() })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+
+	// The version watcher and the episode workers are owned here and stopped before Run returns.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- src.Watch(watchCtx, js, r.pool, log, func(v int64) { r.version.Set(float64(v)) })
+	}()
+	defer func() { stopWatch(); <-watchDone }()
+
+	env := envclient.New(r.deps.Conn, envclient.Config{CallTimeout: r.cfg.CallTimeout})
+	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version)
+
+	// Episodes run on a context that outlives ctx by DrainTimeout, so shutdown drains instead of dropping.
+	playCtx, stopPlay := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPlay()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, r.cfg.Concurrency)
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, hashString(r.cfg.ID)))
+	r.running.Store(true)
+	log.Info().Strs("tasks", r.cfg.Tasks).Int("group", r.cfg.GroupSize).Int("batch", r.cfg.BatchSize).Int("eta", r.cfg.Eta).Msg("rollout started")
+
+	var loopErr error
+	for g := 0; ctx.Err() == nil; g++ {
+		// Wait for room for a whole group before claiming admissions, so claimed episodes start at once.
+		if err := acquire(ctx, slots, r.cfg.GroupSize); err != nil {
+			break
+		}
+		t0 := time.Now()
+		v, err := gate.Admit(ctx, int64(r.cfg.GroupSize))
+		if err != nil {
+			release(slots, r.cfg.GroupSize)
+			if ctx.Err() == nil {
+				loopErr = err
+			}
+			break
+		}
+		r.gateWait.Observe(time.Since(t0).Seconds())
+		task := r.cfg.Tasks[g%len(r.cfg.Tasks)]
+		groupID := nuid.Next()
+		seed := rng.Uint64()
+		for k := 0; k < r.cfg.GroupSize; k++ {
+			spec := EpisodeSpec{
+				ID: fmt.Sprintf("%s-%d", groupID, k), GroupID: groupID, GroupSize: r.cfg.GroupSize,
+				Task: task, Split: proto.SplitTrain, Seed: seed, RolloutID: r.cfg.ID, StartVersion: v,
+			}
+			wg.Add(1)
+			r.inflight.Add(1)
+			go func() {
+				defer wg.Done()
+				defer r.inflight.Add(-1)
+				defer release(slots, 1)
+				r.play(playCtx, js, env, spec, log)
+			}()
+		}
+	}
+	r.running.Store(false)
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(r.cfg.DrainTimeout):
+		log.Warn().Int64("in_flight", r.inflight.Load()).Msg("drain timeout: cutting episodes short")
+		stopPlay()
+		<-drained
+	}
+	log.Info().Interface("status", r.Status()).Msg("rollout stopped")
+	return loopErr
+}
+
+// play runs one episode and publishes it; an episode cut short by shutdown is published as an
+// infrastructure failure so that its group does not wait for it.
+func (r *Rollout) play(ctx context.Context, js jetstream.JetStream, env *envclient.Client, spec EpisodeSpec, log zerolog.Logger) {
+	ep, err := RunEpisode(ctx, env, r.pool, spec)
+	if err != nil {
+		ep.InfraFailure, ep.Status, ep.Failure = true, proto.StatusError, "rollout shut down: "+err.Error()
+		ep.FinishedAt = time.Now().UnixNano()
+	}
+	r.publish(ctx, js, ep, log)
+}
+
+// publish stores the episode in the episodes stream, retrying until it is stored: a finished episode is
+// never dropped while the replica runs. Retries are safe because the stream deduplicates by episode id.
+// Only when shutdown has cut the drain short and NATS still refuses does it give up, loudly.
+func (r *Rollout) publish(ctx context.Context, js jetstream.JetStream, ep proto.Episode, log zerolog.Logger) {
+	data, err := codec.Marshal(ep, proto.MaxEpisodeBytes)
+	if errors.Is(err, proto.ErrPayloadTooLarge) {
+		// Keep the group's accounting right: publish the episode's identity as an infrastructure failure.
+		log.Error().Err(err).Str("episode", ep.ID).Msg("episode too large; published without turns")
+		ep.Turns, ep.InfraFailure, ep.Status, ep.Failure = nil, true, proto.StatusError, err.Error()
+		data, err = codec.Marshal(ep, proto.MaxEpisodeBytes)
+	}
+	if err != nil {
+		log.Error().Err(err).Str("episode", ep.ID).Msg("encode episode")
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := bus.PublishOnce(pctx, js, proto.SubjectEpisodes(ep.Task), ep.ID, data)
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt%10 == 0 {
+			log.Warn().Err(err).Str("episode", ep.ID).Int("attempt", attempt).Msg("publish episode: retrying")
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) || (ctx.Err() != nil && attempt >= 3) {
+			r.unpublished.Inc()
+			log.Error().Err(err).Str("episode", ep.ID).Str("group", ep.GroupID).Msg("publish episode: giving up at shutdown; the replay-buffer's group timeout accounts for it")
+			return
+		}
+		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
+	}
+	status := ep.Status
+	r.stats.Lock()
+	r.stats.published++
+	r.stats.turns += int64(len(ep.Turns))
+	if ep.InfraFailure {
+		r.stats.infraFailures++
+		r.infra.WithLabelValues(ep.Task).Inc()
+	}
+	r.stats.Unlock()
+	r.turns.Add(float64(len(ep.Turns)))
+	r.published.WithLabelValues(ep.Task, status).Inc()
+	log.Debug().Str("episode", ep.ID).Str("task", ep.Task).Str("status", status).Float64("reward", ep.Reward).Int("turns", len(ep.Turns)).Msg("episode published")
+}
+
+func acquire(ctx context.Context, slots chan struct{}, n int) error {
+	for i := 0; i < n; i++ {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			release(slots, i)
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func release(slots chan struct{}, n int) {
+	for i := 0; i < n; i++ {
+		<-slots
+	}
+}
+
+func hashString(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

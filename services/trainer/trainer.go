@@ -1,0 +1,484 @@
+// Package trainer is the trainer service: it applies train batches in stream order with a PPO-style
+// clipped policy-gradient update (Adam), checkpoints, and publishes each new policy version's weights to
+// the Object Store and its record to KV. A restart resumes from the checkpoint: no batch is applied twice
+// and none is skipped.
+package trainer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/jetrl/jetrl/shared/service"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// maxGroupsRemembered bounds the applied group ids a checkpoint keeps to refuse a group twice.
+const maxGroupsRemembered = 1 << 16
+
+// Config of the trainer.
+type Config struct {
+	ID     string
+	Model  policy.Config
+	Adam   policy.AdamConfig
+	Loss   Objective
+	Epochs int
+	// Eta is the staleness bound; an episode admitted more than Eta versions ago is not trained (and counted).
+	Eta int
+}
+
+// DefaultConfig is the paper's objective with this model's defaults.
+func DefaultConfig() Config {
+	return Config{Loss: Objective{Clip: 0.2, DualClip: 3.0}, Epochs: 2, Eta: 2}
+}
+
+// Validate explains what is wrong with a configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := c.Model.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Loss.Clip <= 0 || c.Loss.Clip >= 1 {
+		errs = append(errs, fmt.Errorf("trainer: clip %v must be in (0, 1)", c.Loss.Clip))
+	}
+	if c.Loss.DualClip != 0 && c.Loss.DualClip <= 1 {
+		errs = append(errs, fmt.Errorf("trainer: dual clip %v must be > 1 (or 0: off)", c.Loss.DualClip))
+	}
+	if c.Epochs < 1 {
+		errs = append(errs, fmt.Errorf("trainer: epochs %d must be at least 1", c.Epochs))
+	}
+	if c.Eta < 0 {
+		errs = append(errs, fmt.Errorf("trainer: eta %d must be >= 0", c.Eta))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are what the trainer needs from its process.
+type Deps struct {
+	Conn    *nats.Conn
+	Log     zerolog.Logger
+	Metrics prometheus.Registerer
+}
+
+// checkpoint is what the trainer stores in BucketCheckpoints after every applied batch.
+type checkpoint struct {
+	Schema          int      `msgpack:"schema"`
+	Version         int64    `msgpack:"version"`
+	Model           []byte   `msgpack:"model"`
+	Adam            []byte   `msgpack:"adam"`
+	LastBatchID     string   `msgpack:"last_batch_id"`
+	Groups          []string `msgpack:"groups"`
+	EpisodesTrained int64    `msgpack:"episodes_trained"`
+	StaleDropped    int64    `msgpack:"stale_dropped"`
+	MaxStaleness    int64    `msgpack:"max_staleness"`
+	Batches         int64    `msgpack:"batches"`
+}
+
+// Trainer is the service.
+type Trainer struct {
+	cfg     Config
+	deps    Deps
+	running atomic.Bool
+
+	model  *policy.Model
+	adam   *policy.Adam
+	grad   []float64
+	cp     checkpoint
+	groups map[string]struct{}
+
+	mu       sync.Mutex
+	stats    Stats
+	firstAt  time.Time
+	busyTime time.Duration
+
+	batches  *prometheus.CounterVec
+	episodes prometheus.Counter
+	version  prometheus.Gauge
+	stepSecs prometheus.Histogram
+}
+
+// Stats are the trainer's counters.
+type Stats struct {
+	Version         int64   `json:"policy_version"`
+	Batches         int64   `json:"batches_applied"`
+	EpisodesTrained int64   `json:"episodes_trained"`
+	Duplicates      int64   `json:"duplicate_batches"`
+	DupEpisodes     int64   `json:"duplicate_episodes"`
+	StaleDropped    int64   `json:"stale_dropped"`
+	MaxStaleness    int64   `json:"max_staleness"`
+	DeadLettered    int64   `json:"dead_lettered"`
+	BusyFraction    float64 `json:"busy_fraction"`
+	LastBatchID     string  `json:"last_batch_id"`
+	Resumed         bool    `json:"resumed_from_checkpoint"`
+}
+
+// New validates the configuration and builds the trainer.
+func New(cfg Config, deps Deps) (*Trainer, error) {
+	if cfg.ID == "" {
+		cfg.ID = strings.ToLower(nuid.Next()[:10])
+	}
+	cfg.Model.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Conn == nil {
+		return nil, errors.New("trainer: Deps.Conn is required")
+	}
+	t := &Trainer{cfg: cfg, deps: deps, groups: map[string]struct{}{}}
+	t.batches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_trainer_batches_total", Help: "Train batches, by outcome."}, []string{"outcome"})
+	t.episodes = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_trainer_episodes_total", Help: "Episodes trained."})
+	t.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_trainer_policy_version", Help: "Policy version published."})
+	t.stepSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_trainer_step_seconds", Help: "Time to apply one batch, checkpoint and publish.", Buckets: prometheus.ExponentialBuckets(1e-3, 2, 14)})
+	if deps.Metrics != nil {
+		for _, c := range []prometheus.Collector{t.batches, t.episodes, t.version, t.stepSecs} {
+			if err := deps.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("trainer metrics: %w", err)
+			}
+		}
+	}
+	return t, nil
+}
+
+// Running reports whether the trainer is consuming.
+func (t *Trainer) Running() bool { return t.running.Load() }
+
+// Stats returns a copy of the counters.
+func (t *Trainer) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.stats
+	if !t.firstAt.IsZero() {
+		if wall := time.Since(t.firstAt); wall > 0 {
+			s.BusyFraction = t.busyTime.Seconds() / wall.Seconds()
+		}
+	}
+	return s
+}
+
+type stores struct {
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	weights jetstream.ObjectStore
+	cps     jetstream.ObjectStore
+}
+
+// Run restores the checkpoint (or starts a new policy), publishes the current version, then applies train
+// batches in order until ctx ends. The batch in hand is finished before Run returns.
+func (t *Trainer) Run(ctx context.Context) error {
+	log := t.deps.Log.With().Str("trainer", t.cfg.ID).Logger()
+	var st stores
+	var err error
+	if st.js, err = bus.JetStream(t.deps.Conn); err != nil {
+		return err
+	}
+	if st.kv, err = st.js.KeyValue(ctx, proto.BucketPolicy); err != nil {
+		return fmt.Errorf("kv %s: %w", proto.BucketPolicy, err)
+	}
+	if st.weights, err = st.js.ObjectStore(ctx, proto.BucketWeights); err != nil {
+		return fmt.Errorf("object store %s: %w", proto.BucketWeights, err)
+	}
+	if st.cps, err = st.js.ObjectStore(ctx, proto.BucketCheckpoints); err != nil {
+		return fmt.Errorf("object store %s: %w", proto.BucketCheckpoints, err)
+	}
+	if err := t.restore(ctx, st, log); err != nil {
+		return err
+	}
+	if err := t.publishVersion(ctx, st, false); err != nil {
+		return err
+	}
+	cons, err := st.js.CreateOrUpdateConsumer(ctx, proto.StreamTrain,
+		bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 1, 5*time.Minute))
+	if err != nil {
+		return fmt.Errorf("trainer consumer: %w", err)
+	}
+	svc, err := service.Announce(t.deps.Conn, "trainer", t.cfg.ID, func() any { return t.Stats() })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+	it, err := cons.Messages(jetstream.PullMaxMessages(2))
+	if err != nil {
+		return fmt.Errorf("trainer messages: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	t.running.Store(true)
+	defer t.running.Store(false)
+	log.Info().Int64("version", t.cp.Version).Int("params", t.model.NumParams()).Msg("trainer started")
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				log.Info().Interface("stats", t.Stats()).Msg("trainer stopped")
+				return nil
+			}
+			log.Warn().Err(err).Msg("next train batch")
+			continue
+		}
+		if err := t.handle(ctx, st, m, log); err != nil {
+			return err
+		}
+	}
+}
+
+// restore loads the checkpoint, or makes a new policy at version 0.
+func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) error {
+	b, err := st.cps.GetBytes(ctx, proto.KeyCheckpoint)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.model, err = policy.New(t.cfg.Model)
+		if err != nil {
+			return err
+		}
+		t.adam = policy.NewAdam(t.model.NumParams(), t.cfg.Adam)
+		t.cp = checkpoint{Schema: proto.SchemaVersion}
+		t.grad = make([]float64, t.model.NumParams())
+		return t.saveCheckpoint(ctx, st)
+	}
+	if err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	var cp checkpoint
+	if err := codec.Unmarshal(b, &cp); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if t.model, err = policy.Load(cp.Model); err != nil {
+		return fmt.Errorf("checkpoint model: %w", err)
+	}
+	t.adam = policy.NewAdam(t.model.NumParams(), t.cfg.Adam)
+	if err := t.adam.UnmarshalBinary(cp.Adam); err != nil {
+		return fmt.Errorf("checkpoint optimizer: %w", err)
+	}
+	t.cp = cp
+	for _, g := range cp.Groups {
+		t.groups[g] = struct{}{}
+	}
+	t.grad = make([]float64, t.model.NumParams())
+	t.mu.Lock()
+	t.stats.Version, t.stats.Batches, t.stats.EpisodesTrained = cp.Version, cp.Batches, cp.EpisodesTrained
+	t.stats.StaleDropped, t.stats.MaxStaleness, t.stats.LastBatchID, t.stats.Resumed = cp.StaleDropped, cp.MaxStaleness, cp.LastBatchID, true
+	t.mu.Unlock()
+	log.Info().Int64("version", cp.Version).Str("last_batch", cp.LastBatchID).Int64("episodes_trained", cp.EpisodesTrained).Msg("resumed from checkpoint")
+	return nil
+}
+
+func (t *Trainer) saveCheckpoint(ctx context.Context, st stores) error {
+	var err error
+	if t.cp.Model, err = t.model.MarshalBinary(); err != nil {
+		return err
+	}
+	if t.cp.Adam, err = t.adam.MarshalBinary(); err != nil {
+		return err
+	}
+	data, err := codec.Marshal(t.cp, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := st.cps.PutBytes(ctx, proto.KeyCheckpoint, data); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return nil
+}
+
+// publishVersion puts the current weights in the Object Store and the version record in KV. With force
+// false it does nothing when KV already names this version (after a restart, or a retry).
+func (t *Trainer) publishVersion(ctx context.Context, st stores, force bool) error {
+	if !force {
+		if e, err := st.kv.Get(ctx, proto.KeyPolicyCurrent); err == nil {
+			var rec proto.PolicyVersion
+			if codec.Unmarshal(e.Value(), &rec) == nil && rec.Version == t.cp.Version {
+				t.version.Set(float64(rec.Version))
+				return nil
+			}
+		}
+	}
+	w := t.cp.Model
+	name := proto.WeightsObject(t.cp.Version)
+	if _, err := st.weights.PutBytes(ctx, name, w); err != nil {
+		return fmt.Errorf("put weights %s: %w", name, err)
+	}
+	sum := sha256.Sum256(w)
+	rec := proto.PolicyVersion{Schema: proto.SchemaVersion, Version: t.cp.Version, Object: name, Size: int64(len(w)),
+		SHA256: hex.EncodeToString(sum[:]), EpisodesTrained: t.cp.EpisodesTrained, BatchID: t.cp.LastBatchID, PublishedAt: time.Now().UnixNano()}
+	data, err := codec.Marshal(rec, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := st.kv.Put(ctx, proto.KeyPolicyCurrent, data); err != nil {
+		return fmt.Errorf("put policy version: %w", err)
+	}
+	if old := t.cp.Version - proto.WeightsHistory; old >= 0 {
+		_ = st.weights.Delete(ctx, proto.WeightsObject(old)) // older versions may already be gone
+	}
+	t.version.Set(float64(t.cp.Version))
+	return nil
+}
+
+// handle applies one train batch. It returns an error only when the update cannot be made durable: then the
+// in-memory state is ahead of the checkpoint and the trainer must stop, so a restart resumes from it.
+func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log zerolog.Logger) error {
+	var tb proto.TrainBatch
+	if err := codec.Unmarshal(m.Data(), &tb); err != nil {
+		t.refuse(ctx, st, m, err, log)
+		return nil
+	}
+	if tb.ID == t.cp.LastBatchID {
+		// Applied before a crash or lost ack: the checkpoint has it already.
+		t.batches.WithLabelValues("duplicate").Inc()
+		t.mu.Lock()
+		t.stats.Duplicates++
+		t.mu.Unlock()
+		log.Info().Str("batch", tb.ID).Msg("batch already applied; acked again")
+		// The step event may not have been stored before the crash; its msg id makes this a no-op if it was.
+		t.emit(ctx, st, proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, EpisodesTrained: t.cp.EpisodesTrained, At: time.Now().UnixNano()}, log)
+		_ = m.Ack()
+		return nil
+	}
+	start := time.Now()
+	t.mu.Lock()
+	if t.firstAt.IsZero() {
+		t.firstAt = start
+	}
+	t.mu.Unlock()
+	eps, dups, stale, maxStale := t.admit(tb.Episodes)
+	var ss StepStats
+	var err error
+	prev := t.model.Clone() // a refused batch leaves the weights as they were
+	if len(eps) > 0 {
+		ss, err = t.update(eps)
+	}
+	if err != nil {
+		t.model = prev
+		t.refuse(ctx, st, m, err, log)
+		return nil
+	}
+	t.cp.Version++
+	t.cp.LastBatchID = tb.ID
+	t.cp.Batches++
+	t.cp.EpisodesTrained += int64(len(eps))
+	t.cp.StaleDropped += int64(stale)
+	t.cp.MaxStaleness = max(t.cp.MaxStaleness, maxStale)
+	for _, te := range eps {
+		if _, ok := t.groups[te.Episode.GroupID]; !ok {
+			t.groups[te.Episode.GroupID] = struct{}{}
+			t.cp.Groups = append(t.cp.Groups, te.Episode.GroupID)
+		}
+	}
+	if n := len(t.cp.Groups) - maxGroupsRemembered; n > 0 {
+		for _, g := range t.cp.Groups[:n] {
+			delete(t.groups, g)
+		}
+		t.cp.Groups = t.cp.Groups[n:]
+	}
+	// Durable first (checkpoint), then visible (weights, version), then acked: a crash anywhere in between
+	// is repaired on restart by the checkpoint and the batch-id check above.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		err = t.saveCheckpoint(pctx, st)
+		if err == nil {
+			err = t.publishVersion(pctx, st, true)
+		}
+		if err == nil || pctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("trainer: persist version %d of batch %s (restart resumes from the checkpoint): %w", t.cp.Version, tb.ID, err)
+	}
+	ev := proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, Episodes: len(eps),
+		EpisodesTrained: t.cp.EpisodesTrained, Loss: ss.Loss, ClipFraction: ss.ClipFraction, MaxStaleness: maxStale,
+		Tasks: tb.Tasks, At: time.Now().UnixNano()}
+	t.emit(ctx, st, ev, log)
+	_ = m.Ack()
+	busy := time.Since(start)
+	t.stepSecs.Observe(busy.Seconds())
+	t.batches.WithLabelValues("applied").Inc()
+	t.episodes.Add(float64(len(eps)))
+	t.mu.Lock()
+	t.busyTime += busy
+	t.stats.Version, t.stats.Batches, t.stats.EpisodesTrained = t.cp.Version, t.cp.Batches, t.cp.EpisodesTrained
+	t.stats.DupEpisodes += int64(dups)
+	t.stats.StaleDropped, t.stats.MaxStaleness, t.stats.LastBatchID = t.cp.StaleDropped, t.cp.MaxStaleness, tb.ID
+	t.mu.Unlock()
+	log.Debug().Str("batch", tb.ID).Int64("version", t.cp.Version).Int("episodes", len(eps)).Float64("loss", ss.Loss).Dur("took", busy).Msg("batch applied")
+	return nil
+}
+
+// emit stores the step event of one version in the events stream (the audit record of applied batches).
+func (t *Trainer) emit(ctx context.Context, st stores, ev proto.TrainStep, log zerolog.Logger) {
+	data, err := codec.Marshal(ev, 0)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err = bus.PublishOnce(pctx, st.js, proto.SubjectEventTrainStep, proto.TrainStepMsgID(ev.Version), data)
+		cancel()
+	}
+	if err != nil {
+		log.Warn().Err(err).Int64("version", ev.Version).Msg("step event not stored")
+	}
+}
+
+// admit keeps the episodes that may train: not trained before (by group) and within the staleness bound.
+func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, dups, stale int, maxStale int64) {
+	for _, te := range in {
+		if _, done := t.groups[te.Episode.GroupID]; done {
+			dups++
+			continue
+		}
+		s := t.cp.Version - te.Episode.StartVersion
+		if s > int64(t.cfg.Eta) {
+			stale++
+			continue
+		}
+		maxStale = max(maxStale, s)
+		out = append(out, te)
+	}
+	return out, dups, stale, maxStale
+}
+
+// update runs the configured epochs of full-batch PPO updates.
+func (t *Trainer) update(eps []proto.TrainEpisode) (StepStats, error) {
+	var first StepStats
+	for e := 0; e < t.cfg.Epochs; e++ {
+		clear(t.grad)
+		ss, err := t.cfg.Loss.accumulate(t.model, eps, t.grad)
+		if err != nil {
+			return ss, err
+		}
+		if err := t.adam.Step(t.model.Weights, t.grad); err != nil {
+			return ss, err
+		}
+		if e == 0 {
+			first = ss
+		}
+	}
+	return first, nil
+}
+
+func (t *Trainer) refuse(ctx context.Context, st stores, m jetstream.Msg, err error, log zerolog.Logger) {
+	t.batches.WithLabelValues("refused").Inc()
+	t.mu.Lock()
+	t.stats.DeadLettered++
+	t.mu.Unlock()
+	log.Error().Err(err).Msg("train batch refused; dead-lettered")
+	if err := bus.DeadLetter(ctx, st.js, "trainer", m, err); err != nil {
+		log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
+	}
+}
+
+// Config returns the trainer's configuration.
+func (t *Trainer) Config() Config { return t.cfg }

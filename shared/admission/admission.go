@@ -1,0 +1,99 @@
+// Package admission is the staleness gate's shared counter: one KV key, updated by compare-and-set by
+// every rollout replica (claims) and by the replay-buffer (refunds), so no writer overshoots another.
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Counter is the admission key of one mesh.
+type Counter struct {
+	kv jetstream.KeyValue
+}
+
+// Bind opens the admission bucket.
+func Bind(ctx context.Context, js jetstream.JetStream) (*Counter, error) {
+	kv, err := js.KeyValue(ctx, proto.BucketAdmission)
+	if err != nil {
+		return nil, fmt.Errorf("kv %s: %w", proto.BucketAdmission, err)
+	}
+	return &Counter{kv: kv}, nil
+}
+
+// Read returns the counter and its revision (0 when nothing was admitted yet).
+func (c *Counter) Read(ctx context.Context) (proto.Admission, uint64, error) {
+	a := proto.Admission{Schema: proto.SchemaVersion}
+	e, err := c.kv.Get(ctx, proto.KeyAdmission)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return a, 0, nil
+	}
+	if err != nil {
+		return a, 0, fmt.Errorf("read admission: %w", err)
+	}
+	if err := codec.Unmarshal(e.Value(), &a); err != nil {
+		return a, 0, err
+	}
+	return a, e.Revision(), nil
+}
+
+// TryClaim claims n admissions if at most limit would then be outstanding (started − refunded).
+// ok is false when the limit does not allow it; a lost race with another writer is retried here.
+func (c *Counter) TryClaim(ctx context.Context, n, limit int64) (ok bool, err error) {
+	for {
+		a, rev, err := c.Read(ctx)
+		if err != nil {
+			return false, err
+		}
+		if a.Started-a.Refunded+n > limit {
+			return false, nil
+		}
+		a.Started += n
+		if err := c.write(ctx, a, rev); err == nil {
+			return true, nil
+		} else if !isConflict(err) {
+			return false, err
+		}
+	}
+}
+
+// Refund gives back n admissions of episodes that will never reach the trainer.
+func (c *Counter) Refund(ctx context.Context, n int64) error {
+	for {
+		a, rev, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		a.Refunded += n
+		if err := c.write(ctx, a, rev); err == nil || !isConflict(err) {
+			return err
+		}
+	}
+}
+
+// write stores a only if the key is still at revision rev (compare-and-set).
+func (c *Counter) write(ctx context.Context, a proto.Admission, rev uint64) error {
+	b, err := codec.Marshal(a, 0)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		_, err = c.kv.Create(ctx, proto.KeyAdmission, b)
+	} else {
+		_, err = c.kv.Update(ctx, proto.KeyAdmission, b, rev)
+	}
+	return err
+}
+
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrKeyExists)
+}

@@ -1,0 +1,111 @@
+// Package config holds the settings every service process shares, read from flags and JETRL_* environment
+// variables (kong tags), and runs a service process around them.
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/jetrl/jetrl/shared/metrics"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Common are the settings of every service process.
+type Common struct {
+	NATS        string `name:"nats" env:"JETRL_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URL(s), comma separated."`
+	LogLevel    string `name:"log-level" env:"JETRL_LOG_LEVEL" default:"info" help:"debug, info, warn, error or disabled."`
+	LogPretty   bool   `name:"log-pretty" env:"JETRL_LOG_PRETTY" help:"Human-readable logs instead of JSON lines."`
+	MetricsAddr string `name:"metrics-addr" env:"JETRL_METRICS_ADDR" default:":9090" help:"Address of the Prometheus /metrics endpoint (empty: off)."`
+	Replicas    int    `name:"stream-replicas" env:"JETRL_STREAM_REPLICAS" default:"1" help:"Replicas of streams and buckets (3 on a 3-node cluster)."`
+}
+
+// Validate explains what is wrong with the settings.
+func (c *Common) Validate() error {
+	var errs []error
+	if c.NATS == "" {
+		errs = append(errs, errors.New("--nats / JETRL_NATS_URL is empty"))
+	}
+	for _, u := range strings.Split(c.NATS, ",") {
+		if p, err := url.Parse(strings.TrimSpace(u)); err != nil || p.Host == "" {
+			errs = append(errs, fmt.Errorf("--nats: %q is not a URL like nats://host:4222", u))
+		}
+	}
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		errs = append(errs, fmt.Errorf("--stream-replicas %d: want 1, 3 or 5", c.Replicas))
+	}
+	return errors.Join(errs...)
+}
+
+// Process is what a service's main hands to its service: connection, logger and metrics registry.
+type Process struct {
+	Conn    *nats.Conn
+	Log     zerolog.Logger
+	Metrics prometheus.Registerer
+}
+
+// Run is a whole service process: it validates the settings, connects, makes sure the mesh's streams and
+// buckets exist, serves /metrics, runs the service until SIGINT/SIGTERM, and drains the connection.
+func Run(name string, c Common, run func(ctx context.Context, p Process) error) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log, err := logging.New(name, c.LogLevel, c.LogPretty, os.Stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	nc, err := bus.Connect(ctx, c.NATS, "jetrl-"+name, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = nc.Drain() }()
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = retry(tctx, func() error { return bus.EnsureTopology(tctx, js, c.Replicas) })
+	cancel()
+	if err != nil {
+		return fmt.Errorf("topology: %w", err)
+	}
+	reg := metrics.NewRegistry()
+	addr, served, err := metrics.Serve(ctx, c.MetricsAddr, reg)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	log.Info().Str("nats", nc.ConnectedUrlRedacted()).Str("metrics", addr).Msg("started")
+	err = run(ctx, Process{Conn: nc, Log: log, Metrics: reg})
+	stop()
+	if serr := <-served; serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// retry calls fn until it succeeds or ctx ends (JetStream may still be electing leaders when a cluster starts).
+func retry(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
