@@ -124,11 +124,11 @@ type Rollout struct {
 	running  atomic.Bool
 	inflight atomic.Int64
 
-	published, infra *prometheus.CounterVec
+	published, infra   *prometheus.CounterVec
 	turns, unpublished prometheus.Counter
-	gateWait         prometheus.Histogram
-	version          prometheus.Gauge
-	stats            struct {
+	gateWait           prometheus.Histogram
+	version            prometheus.Gauge
+	stats              struct {
 		sync.Mutex
 		published, infraFailures, turns int64
 	}

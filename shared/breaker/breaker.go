@@ -56,7 +56,7 @@ func (s *Set[T]) Get(name string) *gobreaker.CircuitBreaker[T] {
 			return c.ConsecutiveFailures >= s.settings.ConsecutiveFailures
 		},
 		// Only infrastructure errors count against a host; an answer that refuses bad input is a healthy host.
-		IsSuccessful: func(err error) bool { return err == nil || !IsInfrastructure(err) },
+		IsSuccessful:  func(err error) bool { return err == nil || !IsInfrastructure(err) },
 		OnStateChange: s.settings.OnChange,
 	}
 	cb := gobreaker.NewCircuitBreaker[T](st)

@@ -50,17 +50,17 @@ type Mesh struct {
 	Hosts      []*env.Host
 	Rollouts   []*rollout.Rollout
 
-	mu       sync.Mutex
-	conns    []*nats.Conn
-	stops    []context.CancelFunc
-	rollCtx  context.Context
+	mu      sync.Mutex
+	conns   []*nats.Conn
+	stops   []context.CancelFunc
+	rollCtx context.Context
 	// trainerStop and trainerDone stop and await the trainer alone (RestartTrainer).
 	trainerStop context.CancelFunc
 	trainerDone <-chan struct{}
-	rollStop context.CancelFunc
-	wg       sync.WaitGroup
-	rollWG   sync.WaitGroup
-	errs     []error
+	rollStop    context.CancelFunc
+	wg          sync.WaitGroup
+	rollWG      sync.WaitGroup
+	errs        []error
 }
 
 // Start connects and starts the env hosts, trainer, normalizer and replay-buffer; rollouts start with
