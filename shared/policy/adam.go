@@ -7,8 +7,8 @@ import (
 	"math"
 )
 
-// Adam defaults. The learning rate suits this model: every weight feeds many pair features, so a step
-// of 0.01 per weight already moves a score by O(1) and larger rates oscillate.
+// Adam defaults. Every weight feeds many pair features, so a step of 0.01 per weight already moves a
+// score by O(1): on alfworld, 0.01 learned faster than both 0.003 and 0.03.
 const (
 	DefaultLR    = 0.01
 	DefaultBeta1 = 0.9
@@ -129,7 +129,8 @@ func (a *Adam) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary restores the state written by MarshalBinary and keeps a.Config (so a restart may
-// change the learning rate); on error a is left unchanged.
+// change the learning rate). A state for another parameter count is refused unless a is empty (the
+// zero Adam or NewAdam(0, ...)); on error a is left unchanged.
 func (a *Adam) UnmarshalBinary(b []byte) error {
 	body, err := checkFrame(b, adamMagic, adamHeader)
 	if err != nil {
@@ -142,6 +143,9 @@ func (a *Adam) UnmarshalBinary(b []byte) error {
 	step := binary.LittleEndian.Uint64(body[20:])
 	if n > 1<<MaxBits || uint64(len(body)) != uint64(adamHeader)+8*n || step > math.MaxInt64 {
 		return fmt.Errorf("%w: Adam state of %d bytes does not hold %d parameters", ErrCorrupt, len(b), n)
+	}
+	if len(a.m) != 0 && uint64(len(a.m)) != n {
+		return fmt.Errorf("%w: Adam state holds %d parameters, this optimizer %d", ErrCorrupt, n, len(a.m))
 	}
 	m, err := readFloat32s(body[adamHeader:], int(n))
 	if err != nil {

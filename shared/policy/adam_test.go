@@ -105,4 +105,10 @@ func TestAdamStateRoundTrip(t *testing.T) {
 	if restored.Steps() != 6 {
 		t.Fatal("a refused UnmarshalBinary changed the state")
 	}
+	if err := NewAdam(5, AdamConfig{}).UnmarshalBinary(b); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("state of 4 parameters into an optimizer of 5: %v", err)
+	}
+	if err := new(Adam).UnmarshalBinary(b); err != nil {
+		t.Errorf("state into the zero Adam: %v", err)
+	}
 }
