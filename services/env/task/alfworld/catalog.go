@@ -50,6 +50,19 @@ func (k kind) appliance() string {
 	return ""
 }
 
+// change is the verb that applies the task's appliance ("clean mug 1 with sinkbasin 1").
+func (k kind) change() string {
+	switch k {
+	case pickCleanThenPlace:
+		return "clean"
+	case pickHeatThenPlace:
+		return "heat"
+	case pickCoolThenPlace:
+		return "cool"
+	}
+	return ""
+}
+
 // adjective is the state word of the instruction ("put a clean mug in cabinet.").
 func (k kind) adjective() string {
 	switch k {

@@ -22,8 +22,7 @@ func (g *game) next() string {
 			if g.loc != a {
 				return "go to " + g.receps[a].name
 			}
-			return map[string]string{sinkbasin: "clean", microwave: "heat", fridge: "cool"}[app] +
-				" " + h.name + " with " + g.receps[a].name
+			return g.kind.change() + " " + h.name + " with " + g.receps[a].name
 		}
 		if g.kind == lookAtObjInLight {
 			at := g.objs[g.lamp].at

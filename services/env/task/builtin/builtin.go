@@ -1,4 +1,5 @@
-// Package builtin lists the task families that ship with jetrl.
+// Package builtin lists the task families compiled into jetrl. It lives apart from package task because
+// each family imports task.
 package builtin
 
 import (
@@ -6,7 +7,11 @@ import (
 	"github.com/jetrl/jetrl/services/env/task/alfworld"
 )
 
-// Registry returns every built-in family by name.
+// Registry returns a fresh registry of the built-in families, keyed by name.
 func Registry() task.Registry {
-	return task.Registry{"alfworld": alfworld.New()}
+	r := task.Registry{}
+	for _, f := range []task.Family{alfworld.New()} {
+		r[f.Name()] = f
+	}
+	return r
 }

@@ -1,0 +1,23 @@
+package builtin
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/jetrl/jetrl/proto"
+)
+
+func TestRegistry(t *testing.T) {
+	r := Registry()
+	f, err := r.Get("alfworld")
+	if err != nil || f.Name() != "alfworld" {
+		t.Fatalf("Get(alfworld) = %v, %v", f, err)
+	}
+	if _, err := r.Get("chess"); !errors.Is(err, proto.ErrUnknownTask) {
+		t.Fatalf("Get(chess) error %v", err)
+	}
+	delete(r, "alfworld")
+	if _, err := Registry().Get("alfworld"); err != nil {
+		t.Fatal("registries share state")
+	}
+}
