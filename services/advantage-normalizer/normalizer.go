@@ -109,7 +109,7 @@ func (n *Normalizer) Run(ctx context.Context) error {
 		return err
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamBatches,
-		bus.ConsumerConfig(proto.ConsumerNormalizer, proto.SubjectBatches, 64, time.Minute))
+		bus.ConsumerConfig(proto.ConsumerNormalizer, proto.SubjectBatches, 64, 15*time.Second))
 	if err != nil {
 		return fmt.Errorf("advantage-normalizer consumer: %w", err)
 	}

@@ -33,6 +33,9 @@ const (
 	DefaultEta          = 2
 	DefaultGroupTimeout = 2 * time.Minute
 	DefaultMinGroup     = 2
+	// ackWait is short so that a restarted buffer gets a crashed one's episodes back soon; the episodes it
+	// holds are kept with in-progress acks every ackWait/3.
+	ackWait = 30 * time.Second
 	// maxRemembered bounds the ids of released groups kept to recognise late and repeated episodes.
 	maxRemembered = 1 << 17
 )
@@ -195,7 +198,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 		return err
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
-		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, 1<<15, 10*time.Minute))
+		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, 1<<15, ackWait))
 	if err != nil {
 		return fmt.Errorf("replay-buffer consumer: %w", err)
 	}
@@ -229,6 +232,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Msg("replay-buffer started")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	lastKeep := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -238,6 +242,10 @@ func (b *Buffer) Run(ctx context.Context) error {
 			b.receive(ctx, js, m, log)
 		case now := <-tick.C:
 			b.timeout(now, log)
+			if now.Sub(lastKeep) >= ackWait/3 {
+				b.keepAlive()
+				lastKeep = now
+			}
 		}
 		if err := b.release(ctx, js, counter, log); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("release batch")
@@ -282,6 +290,20 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	if len(g.members) >= g.size {
 		delete(b.groups, g.id)
 		b.ready = append(b.ready, g)
+	}
+}
+
+// keepAlive extends the ack deadline of every episode held.
+func (b *Buffer) keepAlive() {
+	for _, g := range b.groups {
+		for _, m := range g.members {
+			_ = m.msg.InProgress()
+		}
+	}
+	for _, g := range b.ready {
+		for _, m := range g.members {
+			_ = m.msg.InProgress()
+		}
 	}
 }
 

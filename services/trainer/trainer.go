@@ -27,6 +27,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// ackWait is short so that a crashed trainer's batch in hand is redelivered soon after a restart;
+// a long step keeps its batch with in-progress acks (see keepAlive).
+const ackWait = 10 * time.Second
+
 // maxGroupsRemembered bounds the applied group ids a checkpoint keeps to refuse a group twice.
 const maxGroupsRemembered = 1 << 16
 
@@ -201,7 +205,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		return err
 	}
 	cons, err := st.js.CreateOrUpdateConsumer(ctx, proto.StreamTrain,
-		bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 1, 5*time.Minute))
+		bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 1, ackWait))
 	if err != nil {
 		return fmt.Errorf("trainer consumer: %w", err)
 	}
@@ -348,6 +352,7 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		return nil
 	}
 	start := time.Now()
+	defer keepAlive(m)()
 	t.mu.Lock()
 	if t.firstAt.IsZero() {
 		t.firstAt = start
@@ -417,6 +422,27 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	t.mu.Unlock()
 	log.Debug().Str("batch", tb.ID).Int64("version", t.cp.Version).Int("episodes", len(eps)).Float64("loss", ss.Loss).Dur("took", busy).Msg("batch applied")
 	return nil
+}
+
+// keepAlive tells the server the message is still being worked on, every third of the ack wait, until the
+// returned func is called.
+func keepAlive(m jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(ackWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
 
 // emit stores the step event of one version in the events stream (the audit record of applied batches).
