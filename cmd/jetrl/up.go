@@ -174,6 +174,7 @@ func (c *upCmd) Run(g *globals) error {
 	evalDone := make(chan evalOutcome, 1)
 	evalBusy := false
 	recent := map[string]*ema{}
+	trainedByTask := map[string]int64{}
 	var last proto.TrainStep
 	reached := false
 loop:
@@ -193,6 +194,7 @@ loop:
 			p := runout.Point{Kind: "train", Seconds: time.Since(start).Seconds(), Version: ev.Version, EpisodesTrained: ev.EpisodesTrained,
 				Loss: ev.Loss, ClipFraction: ev.ClipFraction, MaxStaleness: ev.MaxStaleness, Tasks: map[string]runout.TaskPoint{}}
 			for t, st := range ev.Tasks {
+				trainedByTask[t] += int64(st.Episodes)
 				p.Tasks[t] = runout.TaskPoint{Success: float64(st.Successes) / float64(max(st.Episodes, 1)), MeanReward: st.MeanReward, Episodes: st.Episodes}
 				if recent[t] == nil {
 					recent[t] = &ema{}
@@ -262,7 +264,7 @@ loop:
 		sum.Tasks[t] = runout.TaskSummary{
 			HeldoutSuccessBefore: before[t].Success, HeldoutSuccessAfter: after[t].Success,
 			HeldoutMeanRewardBefore: before[t].MeanReward, HeldoutMeanRewardAfter: after[t].MeanReward,
-			EvalEpisodes: after[t].Episodes,
+			EvalEpisodes: after[t].Episodes, EpisodesTrained: trainedByTask[t],
 		}
 	}
 	w, err := finalModel.Model.MarshalBinary()

@@ -185,7 +185,8 @@ func (h *Host) Run(ctx context.Context) error {
 			h.running.Store(false)
 			err := svc.Stop()
 			h.inflight.Wait()
-			h.deps.Log.Info().Str("host", h.cfg.HostID).Int("sessions_dropped", h.Active()).Msg("env host stopped")
+			n := h.closeAll()
+			h.deps.Log.Info().Str("host", h.cfg.HostID).Int("sessions_dropped", n).Msg("env host stopped")
 			return err
 		case now := <-ticker.C:
 			h.expire(now)
@@ -207,6 +208,19 @@ func (h *Host) async(fn func(micro.Request), r micro.Request) {
 	}()
 }
 
+// closeAll ends every session (at shutdown) and returns how many there were.
+func (h *Host) closeAll() int {
+	h.mu.Lock()
+	all := h.sessions
+	h.sessions = map[string]*session{}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.close(h.deps.Log)
+		h.active.Dec()
+	}
+	return len(all)
+}
+
 func (h *Host) expire(now time.Time) {
 	h.mu.Lock()
 	var gone []*session
@@ -221,6 +235,7 @@ func (h *Host) expire(now time.Time) {
 	}
 	h.mu.Unlock()
 	for _, s := range gone {
+		s.close(h.deps.Log)
 		h.expired.WithLabelValues(s.task).Inc()
 		h.active.Dec()
 		h.deps.Log.Info().Str("session", s.id).Str("task", s.task).Msg("session expired")
@@ -333,6 +348,7 @@ func (h *Host) lookup(id string) (*session, error) {
 	return s, nil
 }
 
+// drop removes a session and releases its instance; the caller holds s.mu or owns s alone.
 func (h *Host) drop(s *session) {
 	h.mu.Lock()
 	_, ok := h.sessions[s.id]
@@ -340,6 +356,13 @@ func (h *Host) drop(s *session) {
 	h.mu.Unlock()
 	if ok {
 		h.active.Dec()
+		s.close(h.deps.Log)
+	}
+}
+
+func (s *session) close(log zerolog.Logger) {
+	if err := s.sess.Close(); err != nil {
+		log.Warn().Err(err).Str("session", s.id).Msg("close session")
 	}
 }
 
@@ -430,6 +453,8 @@ func (h *Host) handleCancel(r micro.Request) {
 		h.failWrapped(r, "cancel", err)
 		return
 	}
+	s.mu.Lock()
 	h.drop(s)
+	s.mu.Unlock()
 	h.respond(r, "cancel", proto.EnvCancelReply{Schema: proto.SchemaVersion})
 }

@@ -212,11 +212,19 @@ func (m *Mesh) Stop() {
 	}
 	m.wg.Wait()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, c := range m.conns {
+	conns := m.conns
+	m.conns = nil
+	m.mu.Unlock()
+	for _, c := range conns {
 		_ = c.Drain()
 	}
-	m.conns = nil
+	// Drain is asynchronous; wait so that a server shut down next does not cut the drains short.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, c := range conns {
+		for !c.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 func (m *Mesh) connect(ctx context.Context, name string) (*nats.Conn, error) {

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/jetrl/jetrl/proto"
 )
@@ -12,6 +13,7 @@ type Session struct {
 	maxTurns int
 	turn     int
 	done     bool
+	closed   bool
 }
 
 // NewSession generates the instance and starts it.
@@ -53,6 +55,17 @@ func (s *Session) Turn() int { return s.turn }
 
 // Done reports whether the session has ended.
 func (s *Session) Done() bool { return s.done }
+
+// Close releases what the instance holds (a family whose instances own resources, such as an in-memory
+// database, implements io.Closer); it is safe to call more than once.
+func (s *Session) Close() error {
+	s.done = true
+	if c, ok := s.inst.(io.Closer); ok && !s.closed {
+		s.closed = true
+		return c.Close()
+	}
+	return nil
+}
 
 // Solve is the scripted solver's next call.
 func (s *Session) Solve() proto.ToolCall { return s.inst.Solve() }
