@@ -20,6 +20,7 @@ import (
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/envclient"
 	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/jetrl/jetrl/shared/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
@@ -46,6 +47,7 @@ type upCmd struct {
 	EvalEvery    time.Duration `name:"eval-every" default:"30s" help:"Held-out evaluation period during training (0: off)."`
 	Target       float64       `name:"target" default:"0" help:"Stop early once held-out success reaches this on every task (0: never)."`
 	LogLevel     string        `name:"log-level" default:"info" help:"Level of the log written to <out>/jetrl.log."`
+	MetricsAddr  string        `name:"metrics-addr" default:"127.0.0.1:9090" help:"Serve every service's Prometheus metrics on /metrics here (empty: off)."`
 	Quiet        bool          `name:"quiet" help:"No progress display."`
 }
 
@@ -111,6 +113,10 @@ func (c *upCmd) Run(g *globals) error {
 		}
 	}
 
+	reg := metrics.NewRegistry()
+	if _, _, err := metrics.Serve(ctx, c.MetricsAddr, reg); err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
 	tcfg := trainer.DefaultConfig()
 	tcfg.Model.Seed = int64(c.Seed)
 	tcfg.Epochs = c.Epochs
@@ -120,7 +126,7 @@ func (c *upCmd) Run(g *globals) error {
 		EnvHosts: c.EnvHosts, Rollouts: c.Rollouts, StaleProb: c.StaleProb,
 		Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 		Rollout: rollout.Config{Concurrency: c.Concurrency},
-		Log:     log,
+		Log:     log, Metrics: reg,
 	})
 	if err != nil {
 		return err

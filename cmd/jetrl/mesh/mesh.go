@@ -18,6 +18,7 @@ import (
 	"github.com/jetrl/jetrl/services/trainer"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -38,6 +39,16 @@ type Config struct {
 	Env        env.Config     // template for every host
 	Families   task.Registry  // default: the built-in families
 	Log        zerolog.Logger
+	// Metrics, if set, receives every service's metrics, labelled with the service replica.
+	Metrics prometheus.Registerer
+}
+
+// registerer gives one service replica its labelled view of the metrics registry (nil: no metrics).
+func (c Config) registerer(replica string) prometheus.Registerer {
+	if c.Metrics == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"replica": replica}, c.Metrics)
 }
 
 // Mesh is a running set of services.
@@ -50,10 +61,12 @@ type Mesh struct {
 	Hosts      []*env.Host
 	Rollouts   []*rollout.Rollout
 
-	mu      sync.Mutex
-	conns   []*nats.Conn
-	stops   []context.CancelFunc
-	rollCtx context.Context
+	mu    sync.Mutex
+	conns []*nats.Conn
+	// trainers and rollouts count incarnations started, for metric labels.
+	trainers, rollouts int
+	stops              []context.CancelFunc
+	rollCtx            context.Context
 	// trainerStop and trainerDone stop and await the trainer alone (RestartTrainer).
 	trainerStop context.CancelFunc
 	trainerDone <-chan struct{}
@@ -104,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			return nil, err
 		}
 		ec := cfg.Env
-		h, err := env.New(ec, env.Deps{Conn: c, Families: cfg.Families, Log: cfg.Log.With().Str("service", "env").Logger()})
+		h, err := env.New(ec, env.Deps{Conn: c, Families: cfg.Families, Log: cfg.Log.With().Str("service", "env").Logger(), Metrics: cfg.registerer(fmt.Sprintf("env-%d", i))})
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.Normalizer, err = normalizer.New(cfg.Normalizer, normalizer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "advantage-normalizer").Logger()}); err != nil {
+	if m.Normalizer, err = normalizer.New(cfg.Normalizer, normalizer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "advantage-normalizer").Logger(), Metrics: cfg.registerer("advantage-normalizer")}); err != nil {
 		return nil, err
 	}
 	m.run("advantage-normalizer", m.Normalizer.Run, false)
@@ -129,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		return nil, err
 	}
 	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, Eta: cfg.Eta},
-		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger()}); err != nil {
+		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger(), Metrics: cfg.registerer("replay-buffer")}); err != nil {
 		return nil, err
 	}
 	m.run("replay-buffer", m.Buffer.Run, false)
@@ -142,7 +155,9 @@ func (m *Mesh) newTrainer(ctx context.Context, cfg trainer.Config) (*trainer.Tra
 	if err != nil {
 		return nil, err
 	}
-	return trainer.New(cfg, trainer.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "trainer").Logger()})
+	// A restarted trainer registers the same metrics again: give each incarnation its own label.
+	m.trainers++
+	return trainer.New(cfg, trainer.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "trainer").Logger(), Metrics: m.cfg.registerer(fmt.Sprintf("trainer-%d", m.trainers))})
 }
 
 // StartRollouts starts the rollout replicas.
@@ -155,7 +170,8 @@ func (m *Mesh) StartRollouts(ctx context.Context) error {
 		rc := m.cfg.Rollout
 		rc.Tasks, rc.GroupSize, rc.BatchSize, rc.Eta = m.cfg.Tasks, m.cfg.GroupSize, m.cfg.BatchSize, m.cfg.Eta
 		rc.Seed, rc.StaleProb = m.cfg.Seed+uint64(i)*7919, m.cfg.StaleProb
-		r, err := rollout.New(rc, rollout.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "rollout").Logger()})
+		m.rollouts++
+		r, err := rollout.New(rc, rollout.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "rollout").Logger(), Metrics: m.cfg.registerer(fmt.Sprintf("rollout-%d", m.rollouts))})
 		if err != nil {
 			return err
 		}
