@@ -1,0 +1,414 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// server starts an embedded server in the test's folder and returns its URL.
+func server(t *testing.T) string {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv.URL()
+}
+
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := bus.Connect(ctx, url, "bus-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestStartEmbeddedNeedsStoreDir(t *testing.T) {
+	if _, err := bus.StartEmbedded(bus.EmbeddedConfig{}); err == nil || !strings.Contains(err.Error(), "StoreDir") {
+		t.Fatalf("err = %v, want one that names StoreDir", err)
+	}
+}
+
+func TestEmbeddedServerAcceptsLargeMessages(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A batch may be several MB: the server's max_payload and the stream's limit must allow it.
+	data := make([]byte, 4<<20)
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, "big", data); err != nil {
+		t.Fatalf("publish 4 MiB batch: %v", err)
+	}
+}
+
+func TestEnsureTopologyIsIdempotent(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	for i := range 2 {
+		if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+			t.Fatalf("EnsureTopology call %d: %v", i+1, err)
+		}
+	}
+	for _, s := range proto.Streams {
+		st, err := js.Stream(ctx, s.Name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", s.Name, err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := info.Config
+		if strings.Join(c.Subjects, ",") != strings.Join(s.Subjects, ",") || c.Duplicates != proto.DedupWindow ||
+			c.MaxMsgSize != s.MaxMsg || c.MaxBytes != s.MaxBytes || c.MaxAge != s.MaxAge || c.Storage != jetstream.FileStorage {
+			t.Errorf("stream %s config = subjects %v dup %v maxmsg %d maxbytes %d maxage %v storage %v; want %+v",
+				s.Name, c.Subjects, c.Duplicates, c.MaxMsgSize, c.MaxBytes, c.MaxAge, c.Storage, s)
+		}
+	}
+	for _, b := range proto.KVBuckets {
+		kv, err := js.KeyValue(ctx, b.Bucket)
+		if err != nil {
+			t.Fatalf("kv %s: %v", b.Bucket, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.History() != int64(b.History) {
+			t.Errorf("kv %s history = %d, want %d", b.Bucket, st.History(), b.History)
+		}
+	}
+	for _, b := range proto.ObjectBuckets {
+		if _, err := js.ObjectStore(ctx, b); err != nil {
+			t.Errorf("object store %s: %v", b, err)
+		}
+	}
+	// A third call on a topology that holds data keeps the data.
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectEpisodes("alfworld"), "e1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := streamMsgs(t, js, proto.StreamEpisodes); n != 1 {
+		t.Fatalf("episodes stream holds %d messages after EnsureTopology, want 1", n)
+	}
+}
+
+func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestResetThenEnsureTopology(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	// Reset on a server that never held the mesh is not an error.
+	if err := bus.ResetTopology(ctx, js); err != nil {
+		t.Fatalf("ResetTopology on an empty server: %v", err)
+	}
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectTrain, "t1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, proto.KeyPolicyCurrent, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := js.ObjectStore(ctx, proto.BucketWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.PutBytes(ctx, proto.WeightsObject(0), []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := bus.ResetTopology(ctx, js); err != nil {
+		t.Fatalf("ResetTopology: %v", err)
+	}
+	if _, err := js.Stream(ctx, proto.StreamTrain); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("stream after reset: %v, want ErrStreamNotFound", err)
+	}
+	if err := bus.ResetTopology(ctx, js); err != nil {
+		t.Fatalf("second ResetTopology: %v", err)
+	}
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatalf("EnsureTopology after reset: %v", err)
+	}
+	if n := streamMsgs(t, js, proto.StreamTrain); n != 0 {
+		t.Fatalf("train stream holds %d messages after reset, want 0", n)
+	}
+	kv, err = js.KeyValue(ctx, proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, proto.KeyPolicyCurrent); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("policy key after reset: %v, want ErrKeyNotFound", err)
+	}
+	obj, err = js.ObjectStore(ctx, proto.BucketWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.GetBytes(ctx, proto.WeightsObject(0)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("weights after reset: %v, want ErrObjectNotFound", err)
+	}
+	// The same msg id is accepted again: the dedup window went with the stream.
+	ack, err := bus.PublishOnce(ctx, js, proto.SubjectTrain, "t1", []byte("x"))
+	if err != nil || ack.Duplicate {
+		t.Fatalf("publish after reset: ack %+v, err %v", ack, err)
+	}
+}
+
+func TestPublishOnceDeduplicates(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		givenID           string
+		expectedDuplicate bool
+		expectedSeq       uint64
+	}{
+		{"a", false, 1},
+		{"a", true, 1},
+		{"b", false, 2},
+		{"a", true, 1},
+	}
+	for i, tc := range tests {
+		ack, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, tc.givenID, []byte(tc.givenID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Duplicate != tc.expectedDuplicate || ack.Sequence != tc.expectedSeq {
+			t.Fatalf("publish %d (%s): duplicate %v seq %d, want %v %d", i, tc.givenID, ack.Duplicate, ack.Sequence, tc.expectedDuplicate, tc.expectedSeq)
+		}
+	}
+	if n := streamMsgs(t, js, proto.StreamBatches); n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+func TestConsumerConfig(t *testing.T) {
+	c := bus.ConsumerConfig("d", "jetrl.x", 7, 3*time.Second)
+	if c.Durable != "d" || c.FilterSubject != "jetrl.x" || c.MaxAckPending != 7 || c.AckWait != 3*time.Second ||
+		c.AckPolicy != jetstream.AckExplicitPolicy || c.MaxDeliver != -1 || c.DeliverPolicy != jetstream.DeliverAllPolicy {
+		t.Fatalf("ConsumerConfig = %+v", c)
+	}
+}
+
+func TestDeadLetter(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, "poison", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, "fine", []byte("fine")); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamBatches, bus.ConsumerConfig("dl-test", proto.SubjectBatches, 8, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var poison jetstream.Msg
+	for m := range batch.Messages() {
+		poison = m
+	}
+	if poison == nil || string(poison.Data()) != "garbage" {
+		t.Fatalf("fetched %v, want the poison message", poison)
+	}
+	reason := errors.New("malformed message: not msgpack")
+	if err := bus.DeadLetter(ctx, js, "stage", poison, reason); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	// A retried dead-letter of the same message is stored once.
+	// (The publish is deduplicated by its msg id; the message was already terminated.)
+	if err := bus.DeadLetter(ctx, js, "stage", poison, reason); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		t.Fatalf("second DeadLetter: %v", err)
+	}
+	if n := streamMsgs(t, js, proto.StreamDeadLetter); n != 1 {
+		t.Fatalf("dead-letter stream holds %d messages, want 1", n)
+	}
+	st, err := js.Stream(ctx, proto.StreamDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Subject != proto.SubjectDeadLetterPrefix+"stage" || string(raw.Data) != "garbage" ||
+		raw.Header.Get(proto.HeaderDeadLetterReason) != reason.Error() ||
+		raw.Header.Get(proto.HeaderDeadLetterSubject) != proto.SubjectBatches {
+		t.Fatalf("dead letter = subject %q data %q headers %v", raw.Subject, raw.Data, raw.Header)
+	}
+	// The poison message was terminated: the consumer moves on to the next one and never gets it back.
+	next, err := cons.Fetch(2, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m := range next.Messages() {
+		got = append(got, string(m.Data()))
+		_ = m.Ack()
+	}
+	if strings.Join(got, ",") != "fine" {
+		t.Fatalf("after dead-letter the consumer got %v, want [fine]", got)
+	}
+}
+
+func TestWatchPolicyVersion(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(v int64) {
+		t.Helper()
+		b, err := codec.Marshal(proto.PolicyVersion{Schema: proto.SchemaVersion, Version: v, Object: proto.WeightsObject(v)}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, proto.KeyPolicyCurrent, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(3) // published before the watch starts: delivered first
+	var mu sync.Mutex
+	var seen []int64
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.WatchPolicyVersion(wctx, js, zerolog.Nop(), func(rec proto.PolicyVersion) {
+			mu.Lock()
+			seen = append(seen, rec.Version)
+			mu.Unlock()
+		})
+	}()
+	last := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int64(nil), seen...)
+	}
+	eventually(t, 5*time.Second, "the current version", func() bool { return len(last()) == 1 })
+	// A record that does not decode is skipped, not fatal; a delete is not a version.
+	if _, err := kv.Put(ctx, proto.KeyPolicyCurrent, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, proto.KeyPolicyCurrent); err != nil {
+		t.Fatal(err)
+	}
+	put(4)
+	eventually(t, 5*time.Second, "version 4", func() bool { return len(last()) == 2 })
+	if got := last(); got[0] != 3 || got[1] != 4 {
+		t.Fatalf("watch saw %v, want [3 4]", got)
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WatchPolicyVersion returned %v at cancel, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchPolicyVersion did not return after cancel")
+	}
+}
+
+func TestWatchPolicyVersionWithoutBucket(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	err := bus.WatchPolicyVersion(ctx, js, zerolog.Nop(), func(proto.PolicyVersion) {})
+	if err == nil || !strings.Contains(err.Error(), proto.BucketPolicy) {
+		t.Fatalf("err = %v, want one naming %s", err, proto.BucketPolicy)
+	}
+}
+
+func TestConnectGivesUpWhenContextEnds(t *testing.T) {
+	// Nothing listens there; Connect keeps retrying until the context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	nc, err := bus.Connect(ctx, "nats://127.0.0.1:1", "bus-test", zerolog.Nop())
+	if err == nil {
+		nc.Close()
+		t.Fatal("Connect to a closed port succeeded")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the context's", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("Connect took %v to notice the context ended", time.Since(start))
+	}
+}
+
+func TestConnectIsLive(t *testing.T) {
+	nc, _ := connect(t, server(t))
+	if !nc.IsConnected() {
+		t.Fatal("Connect returned before the connection was up")
+	}
+}
