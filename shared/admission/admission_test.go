@@ -1,0 +1,233 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/admission"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mesh starts an embedded server with the mesh's topology and returns a function that opens a counter on
+// a connection of its own (as every rollout replica and the replay-buffer have).
+func mesh(t *testing.T) func() (*admission.Counter, jetstream.JetStream) {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	open := func() (*admission.Counter, jetstream.JetStream) {
+		t.Helper()
+		ctx := testCtx(t)
+		nc, err := bus.Connect(ctx, srv.URL(), "admission-test", zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := bus.JetStream(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+			t.Fatal(err)
+		}
+		c, err := admission.Bind(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, js
+	}
+	return open
+}
+
+func read(t *testing.T, c *admission.Counter) proto.Admission {
+	t.Helper()
+	a, _, err := c.Read(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestReadBeforeAnyClaim(t *testing.T) {
+	c, _ := mesh(t)()
+	a, rev, err := c.Read(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev != 0 || a.Started != 0 || a.Refunded != 0 || a.Schema != proto.SchemaVersion {
+		t.Fatalf("Read = %+v rev %d, want zero counter at revision 0", a, rev)
+	}
+}
+
+func TestClaimAndRefund(t *testing.T) {
+	c, _ := mesh(t)()
+	ctx := testCtx(t)
+	type op struct {
+		claim, refund int64
+		limit         int64
+	}
+	steps := []struct {
+		given            op
+		expectedOK       bool
+		expectedStarted  int64
+		expectedRefunded int64
+	}{
+		{op{claim: 8, limit: 8}, true, 8, 0},
+		{op{claim: 1, limit: 8}, false, 8, 0},
+		{op{refund: 3}, true, 8, 3},
+		{op{claim: 4, limit: 8}, false, 8, 3},
+		{op{claim: 3, limit: 8}, true, 11, 3},
+		{op{claim: 1, limit: 8}, false, 11, 3},
+		{op{claim: 8, limit: 16}, true, 19, 3},
+		{op{claim: 1, limit: 16}, false, 19, 3},
+	}
+	for i, s := range steps {
+		ok := true
+		var err error
+		if s.given.refund > 0 {
+			err = c.Refund(ctx, s.given.refund)
+		} else {
+			ok, err = c.TryClaim(ctx, s.given.claim, s.given.limit)
+		}
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		a := read(t, c)
+		if ok != s.expectedOK || a.Started != s.expectedStarted || a.Refunded != s.expectedRefunded {
+			t.Fatalf("step %d %+v: ok %v, counter %+v; want ok %v started %d refunded %d",
+				i, s.given, ok, a, s.expectedOK, s.expectedStarted, s.expectedRefunded)
+		}
+	}
+}
+
+// Writers on separate connections race on the one key; compare-and-set keeps every claim within the limit
+// and loses no refund.
+func TestRacingWritersNeverOvershoot(t *testing.T) {
+	open := mesh(t)
+	const writers, limit = 4, 40
+	counters := make([]*admission.Counter, writers)
+	for i := range counters {
+		counters[i], _ = open()
+	}
+	ctx := testCtx(t)
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range counters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ok, err := c.TryClaim(ctx, 1, limit)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !ok {
+					return
+				}
+				claimed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	a := read(t, counters[0])
+	if claimed.Load() != limit || a.Started != limit {
+		t.Fatalf("claimed %d, counter started %d; want exactly %d", claimed.Load(), a.Started, limit)
+	}
+
+	// Refunds and claims at once: every refund lands, and claims never pass the limit.
+	claimed.Store(0)
+	var refunds sync.WaitGroup
+	for _, c := range counters[:2] {
+		refunds.Add(1)
+		go func() {
+			defer refunds.Done()
+			for range 10 {
+				if err := c.Refund(ctx, 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for _, c := range counters[2:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(10 * time.Second)
+			for claimed.Load() < 20 && time.Now().Before(deadline) {
+				ok, err := c.TryClaim(ctx, 1, limit)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					claimed.Add(1)
+				}
+			}
+		}()
+	}
+	refunds.Wait()
+	wg.Wait()
+	a = read(t, counters[0])
+	if a.Refunded != 20 {
+		t.Fatalf("refunded %d, want 20", a.Refunded)
+	}
+	if a.Started != limit+claimed.Load() || a.Started-a.Refunded > limit {
+		t.Fatalf("counter %+v after %d more claims: outstanding %d over limit %d", a, claimed.Load(), a.Started-a.Refunded, limit)
+	}
+	if claimed.Load() != 20 {
+		t.Fatalf("claimed %d after 20 refunds, want 20", claimed.Load())
+	}
+}
+
+func TestBindWithoutBucket(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := bus.Connect(testCtx(t), srv.URL(), "admission-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := bus.JetStream(nc)
+	if _, err := admission.Bind(testCtx(t), js); err == nil {
+		t.Fatal("Bind without the admission bucket succeeded")
+	}
+}
+
+func TestCorruptCounterIsAnError(t *testing.T) {
+	c, js := mesh(t)()
+	ctx := testCtx(t)
+	kv, err := js.KeyValue(ctx, proto.BucketAdmission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, proto.KeyAdmission, []byte("not msgpack")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryClaim(ctx, 1, 8); !errors.Is(err, proto.ErrMalformed) {
+		t.Fatalf("TryClaim on a corrupt counter: %v, want ErrMalformed", err)
+	}
+	if err := c.Refund(ctx, 1); !errors.Is(err, proto.ErrMalformed) {
+		t.Fatalf("Refund on a corrupt counter: %v, want ErrMalformed", err)
+	}
+}
