@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/admission"
+	"github.com/jetrl/jetrl/shared/breaker"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/envclient"
@@ -24,6 +25,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/sony/gobreaker/v2"
 )
 
 // Defaults of Config.
@@ -124,13 +126,13 @@ type Rollout struct {
 	running  atomic.Bool
 	inflight atomic.Int64
 
-	published, infra   *prometheus.CounterVec
-	turns, unpublished prometheus.Counter
-	gateWait           prometheus.Histogram
-	version            prometheus.Gauge
-	stats              struct {
+	published, infra, breakerChanges *prometheus.CounterVec
+	turns, unpublished               prometheus.Counter
+	gateWait                         prometheus.Histogram
+	version                          prometheus.Gauge
+	stats                            struct {
 		sync.Mutex
-		published, infraFailures, turns int64
+		published, infraFailures, turns, breakerOpens int64
 	}
 }
 
@@ -147,11 +149,12 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	r.published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_episodes_published_total", Help: "Episodes published, by task and status."}, []string{"task", "status"})
 	r.infra = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_infra_failures_total", Help: "Episodes lost to env failures (masked from training), by task."}, []string{"task"})
 	r.unpublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_episodes_unpublished_total", Help: "Episodes that could not be published before shutdown."})
+	r.breakerChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_breaker_changes_total", Help: "Env host circuit breaker state changes, by new state."}, []string{"to"})
 	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
 	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.published, r.infra, r.turns, r.unpublished, r.gateWait, r.version} {
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.gateWait, r.version} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("rollout metrics: %w", err)
 			}
@@ -171,6 +174,7 @@ type Status struct {
 	Published     int64  `json:"episodes_published"`
 	InfraFailures int64  `json:"infra_failures"`
 	Turns         int64  `json:"turns"`
+	BreakerOpens  int64  `json:"breaker_opens"`
 }
 
 // Status returns the replica's counters.
@@ -178,7 +182,7 @@ func (r *Rollout) Status() Status {
 	r.stats.Lock()
 	defer r.stats.Unlock()
 	return Status{ID: r.cfg.ID, Version: r.pool.Version(), InFlight: r.inflight.Load(),
-		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns}
+		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns, BreakerOpens: r.stats.breakerOpens}
 }
 
 // Run plays episodes until ctx ends, then stops admitting, lets episodes in flight finish for up to
@@ -212,7 +216,17 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
-	env := envclient.New(r.deps.Conn, envclient.Config{CallTimeout: r.cfg.CallTimeout})
+	env := envclient.New(r.deps.Conn, envclient.Config{CallTimeout: r.cfg.CallTimeout, Breaker: breaker.Settings{
+		OnChange: func(host string, from, to gobreaker.State) {
+			r.breakerChanges.WithLabelValues(to.String()).Inc()
+			r.stats.Lock()
+			if to == gobreaker.StateOpen {
+				r.stats.breakerOpens++
+			}
+			r.stats.Unlock()
+			log.Warn().Str("host", host).Str("from", from.String()).Str("to", to.String()).Msg("env host breaker")
+		},
+	}})
 	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version)
 
 	// Episodes run on a context that outlives ctx by DrainTimeout, so shutdown drains instead of dropping.

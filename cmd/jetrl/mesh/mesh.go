@@ -61,8 +61,10 @@ type Mesh struct {
 	Hosts      []*env.Host
 	Rollouts   []*rollout.Rollout
 
-	mu    sync.Mutex
-	conns []*nats.Conn
+	mu        sync.Mutex
+	conns     []*nats.Conn
+	hostConns []*nats.Conn
+	hostStops []context.CancelFunc
 	// trainers and rollouts count incarnations started, for metric labels.
 	trainers, rollouts int
 	stops              []context.CancelFunc
@@ -122,7 +124,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			return nil, err
 		}
 		m.Hosts = append(m.Hosts, h)
-		m.run("env", h.Run, false)
+		m.hostConns = append(m.hostConns, c)
+		stop, _ := m.run("env", h.Run, false)
+		m.hostStops = append(m.hostStops, stop)
 	}
 	tcfg := cfg.Trainer
 	tcfg.Eta = cfg.Eta
@@ -207,6 +211,12 @@ func (m *Mesh) RestartTrainer(ctx context.Context) error {
 	m.Trainer = t
 	m.trainerStop, m.trainerDone = m.run("trainer", t.Run, false)
 	return nil
+}
+
+// KillEnvHost cuts env host i off NATS at once, without draining, as a crash would look to the mesh.
+func (m *Mesh) KillEnvHost(i int) {
+	m.hostConns[i].Close()
+	m.hostStops[i]()
 }
 
 // Err returns the errors services stopped with.
