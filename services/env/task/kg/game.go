@@ -1,0 +1,363 @@
+package kg
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env/task"
+)
+
+// recentVars is how many of the latest variables the admissible list offers calls on; older ones stay
+// usable but unlisted, which keeps the list short.
+const recentVars = 2
+
+// maxShown caps the members an observation lists.
+const maxShown = 8
+
+// game is one instance: the graph, the question and the agent's variables. It owns all of its state.
+type game struct {
+	s       *schema
+	g       *graph
+	q       question
+	gold    value
+	vars    []value
+	rels    map[string][]string // relations that get_relations revealed, per entity name or "#k"
+	attrs   map[string]bool     // variables whose attributes get_attributes revealed
+	done    bool
+	final   task.Result
+	opening task.Opening
+}
+
+func newGame(g *graph, q question) *game {
+	gm := &game{s: g.s, g: g, q: q, rels: map[string][]string{}, attrs: map[string]bool{}}
+	gm.gold = gm.run(q.program)
+	gm.opening = task.Opening{
+		Instruction: q.instruction,
+		Observation: fmt.Sprintf("Query the knowledge base with the tools. Each call that returns entities or a number "+
+			"stores it in a new variable (#0, #1, ...) that later calls can use; the entities of the question can be used "+
+			"by name. Call answer with the variable that holds the answer. You have %d calls.", MaxTurns),
+		Admissible: gm.admissible(),
+	}
+	return gm
+}
+
+// run evaluates a program and returns its last result.
+func (gm *game) run(prog []step) value {
+	vals := make([]value, len(prog))
+	arg := func(o operand) value {
+		if o.entity {
+			return gm.g.single(o.id)
+		}
+		return vals[o.id]
+	}
+	for i, st := range prog {
+		a := arg(st.a)
+		switch st.op {
+		case opNeighbors:
+			vals[i] = gm.g.neighbors(a, st.name)
+		case opIntersect:
+			vals[i] = intersect(a, arg(st.b))
+		case opArgmax, opArgmin:
+			vals[i] = gm.g.extreme(a, gm.g.attrIndex(a.typ, st.name), st.op == opArgmax)
+		case opCount:
+			vals[i] = value{isNum: true, num: len(a.set)}
+		}
+	}
+	return vals[len(vals)-1]
+}
+
+// Start returns the opening; the slices are the caller's own.
+func (gm *game) Start() task.Opening {
+	o := gm.opening
+	o.Admissible = slices.Clone(o.Admissible)
+	return o
+}
+
+// Step applies one call; a bad call explains itself and changes nothing.
+func (gm *game) Step(call proto.ToolCall) task.Result {
+	if gm.done {
+		return gm.final
+	}
+	obs, err := gm.apply(call)
+	if err != nil {
+		return task.Result{Observation: err.Error(), Admissible: gm.admissible(), Status: proto.StatusRunning,
+			Metrics: map[string]float64{"invalid_call": 1}}
+	}
+	if gm.done {
+		return gm.final
+	}
+	return task.Result{Observation: obs, Admissible: gm.admissible(), Status: proto.StatusRunning}
+}
+
+// errInvalid marks calls that are well formed but name something that does not fit.
+var errInvalid = errors.New("invalid argument")
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, a...))
+}
+
+// apply carries out one call and returns its observation, or an error that says what is wrong with it.
+func (gm *game) apply(call proto.ToolCall) (string, error) {
+	i, ok := gm.s.toolIndex[call.Name]
+	if !ok {
+		return "", fmt.Errorf("unknown tool %q; the tools are %s", call.Name, strings.Join(gm.s.toolNames(), ", "))
+	}
+	args, err := parseArgs(call.Arguments, gm.s.tools[i].args)
+	if err != nil {
+		return "", fmt.Errorf("bad arguments for %s: %w", call.Name, err)
+	}
+	switch call.Name {
+	case toolGetRelations:
+		v, label, err := gm.resolveSet(args[0])
+		if err != nil {
+			return "", err
+		}
+		rels := gm.g.relationsOf(v)
+		gm.rels[label] = rels
+		if len(rels) == 0 {
+			return fmt.Sprintf("%s has no relations.", label), nil
+		}
+		return fmt.Sprintf("Relations of %s: %s.", label, strings.Join(rels, ", ")), nil
+	case toolGetNeighbors:
+		v, label, err := gm.resolveSet(args[0])
+		if err != nil {
+			return "", err
+		}
+		rel := strings.TrimSpace(args[1])
+		if !slices.Contains(gm.g.relationsOf(v), rel) {
+			return "", invalid("%s has no relation %q; get_relations(%s) lists its relations", label, rel, label)
+		}
+		return gm.newVar(gm.g.neighbors(v, rel), ""), nil
+	case toolIntersection:
+		a, la, err := gm.resolveSet(args[0])
+		if err != nil {
+			return "", err
+		}
+		b, lb, err := gm.resolveSet(args[1])
+		if err != nil {
+			return "", err
+		}
+		if a.typ != b.typ {
+			return "", invalid("%s holds %s and %s holds %s; intersection needs two sets of one type", la, plural(a.typ), lb, plural(b.typ))
+		}
+		return gm.newVar(intersect(a, b), ""), nil
+	case toolGetAttributes:
+		v, label, err := gm.resolveSet(args[0])
+		if err != nil {
+			return "", err
+		}
+		gm.attrs[label] = true
+		names := make([]string, 0, len(gm.s.attrsOf[v.typ]))
+		for _, a := range gm.s.attrsOf[v.typ] {
+			names = append(names, a.name)
+		}
+		return fmt.Sprintf("Attributes of %s: %s.", label, strings.Join(names, ", ")), nil
+	case toolArgmax, toolArgmin:
+		v, label, err := gm.resolveSet(args[0])
+		if err != nil {
+			return "", err
+		}
+		name := strings.TrimSpace(args[1])
+		a := gm.g.attrIndex(v.typ, name)
+		switch {
+		case a < 0:
+			return "", invalid("%s (%s) has no attribute %q; get_attributes(%s) lists its attributes", label, plural(v.typ), name, label)
+		case len(v.set) == 0:
+			return "", invalid("%s is empty", label)
+		}
+		best := gm.g.extreme(v, a, call.Name == toolArgmax)
+		at := gm.s.attrsOf[v.typ][a]
+		return gm.newVar(best, fmt.Sprintf(" (%s %d%s)", at.name, gm.g.ents[best.set[0]].attrs[a], unitSuffix(at.unit))), nil
+	case toolCount:
+		v, _, err := gm.resolveSet(args[0])
+		if err != nil {
+			return "", err
+		}
+		return gm.newVar(value{isNum: true, num: len(v.set)}, ""), nil
+	case toolAnswer:
+		k, err := gm.varIndex(args[0])
+		if err != nil {
+			return "", err
+		}
+		gm.done = true
+		gm.final = task.Result{Done: true, Status: proto.StatusCompleted}
+		if gm.vars[k].equal(gm.gold) {
+			gm.final.Reward = 1
+			gm.final.Observation = fmt.Sprintf("Final answer #%d: correct.", k)
+		} else {
+			gm.final.Observation = fmt.Sprintf("Final answer #%d: wrong.", k)
+		}
+		return gm.final.Observation, nil
+	}
+	return "", fmt.Errorf("unknown tool %q", call.Name) // unreachable: every listed tool has a case
+}
+
+func unitSuffix(unit string) string {
+	if unit == "" {
+		return ""
+	}
+	return " " + unit
+}
+
+// newVar stores v as the next variable and describes it, as AgentBench does, with its members.
+func (gm *game) newVar(v value, note string) string {
+	gm.vars = append(gm.vars, v)
+	k := len(gm.vars) - 1
+	if v.isNum {
+		return fmt.Sprintf("Variable #%d, which is a number: %d.", k, v.num)
+	}
+	names := make([]string, 0, min(len(v.set), maxShown))
+	for _, id := range v.set[:min(len(v.set), maxShown)] {
+		names = append(names, gm.g.ents[id].name)
+	}
+	list := strings.Join(names, ", ")
+	switch {
+	case len(v.set) == 0:
+		list = "none"
+	case len(v.set) > maxShown:
+		list += fmt.Sprintf(" and %d more", len(v.set)-maxShown)
+	}
+	return fmt.Sprintf("Variable #%d, which are instances of %s: %s%s.", k, v.typ, list, note)
+}
+
+// varIndex parses "#k" naming an existing variable.
+func (gm *game) varIndex(arg string) (int, error) {
+	t := strings.TrimSpace(arg)
+	rest, ok := strings.CutPrefix(t, "#")
+	if !ok {
+		return 0, invalid("%q is not a variable; variables are written #0, #1, ...", t)
+	}
+	k, err := strconv.Atoi(rest)
+	switch {
+	case err != nil || k < 0:
+		return 0, invalid("%q is not a variable; variables are written #0, #1, ...", t)
+	case len(gm.vars) == 0:
+		return 0, invalid("there is no variable %s yet; no call has made a variable", t)
+	case k >= len(gm.vars):
+		return 0, invalid("there is no variable %s; the variables are #0 to #%d", t, len(gm.vars)-1)
+	}
+	return k, nil
+}
+
+// resolveSet reads a variable or entity argument that must hold entities; label is how observations name it.
+func (gm *game) resolveSet(arg string) (value, string, error) {
+	t := strings.TrimSpace(arg)
+	if strings.HasPrefix(t, "#") {
+		k, err := gm.varIndex(t)
+		if err != nil {
+			return value{}, "", err
+		}
+		if gm.vars[k].isNum {
+			return value{}, "", invalid("#%d is a number, not a set of entities", k)
+		}
+		return gm.vars[k], "#" + strconv.Itoa(k), nil
+	}
+	id, ok := gm.g.byName[normName(t)]
+	if !ok {
+		return value{}, "", invalid("%q is neither a variable (#0, #1, ...) nor an entity of the knowledge base", t)
+	}
+	return gm.g.single(id), gm.g.ents[id].name, nil
+}
+
+// parseArgs reads a JSON object with exactly the named string arguments, in that order.
+func parseArgs(raw string, names []string) ([]string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, errors.New("empty; want a JSON object")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &m); err != nil || m == nil {
+		return nil, fmt.Errorf("not a JSON object (%v)", err)
+	}
+	for k := range m {
+		if !slices.Contains(names, k) {
+			return nil, fmt.Errorf("unknown argument %q; this tool takes %s", k, strings.Join(names, ", "))
+		}
+	}
+	out := make([]string, len(names))
+	for i, n := range names {
+		v, ok := m[n]
+		if !ok {
+			return nil, fmt.Errorf("missing required %q", n)
+		}
+		if err := json.Unmarshal(v, &out[i]); err != nil {
+			return nil, fmt.Errorf("%q must be a string, got %s", n, v)
+		}
+		if strings.TrimSpace(out[i]) == "" {
+			return nil, fmt.Errorf("%q is empty", n)
+		}
+	}
+	return out, nil
+}
+
+// callOf builds a call from alternating argument names and values.
+func callOf(tool string, kv ...string) proto.ToolCall {
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	b, _ := json.Marshal(m) // a map of strings always marshals, with sorted keys
+	return proto.ToolCall{Name: tool, Arguments: string(b)}
+}
+
+// admissible lists the calls that make sense now: get_relations on the question's entities and the
+// latest variables, get_neighbors along relations get_relations revealed, intersections of the latest
+// variables, attributes, extremes along revealed attributes, counts, and answers.
+func (gm *game) admissible() []proto.ToolCall {
+	var out []proto.ToolCall
+	add := func(c proto.ToolCall) {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	var refs []string // entity names and labels of the latest set variables
+	for _, e := range gm.q.entities {
+		refs = append(refs, gm.g.ents[e].name)
+	}
+	first := max(0, len(gm.vars)-recentVars)
+	var sets []int
+	for k := first; k < len(gm.vars); k++ {
+		if !gm.vars[k].isNum {
+			sets = append(sets, k)
+			refs = append(refs, "#"+strconv.Itoa(k))
+		}
+	}
+	for _, r := range refs {
+		add(callOf(toolGetRelations, "variable", r))
+	}
+	for _, r := range refs {
+		for _, rel := range gm.rels[r] {
+			add(callOf(toolGetNeighbors, "variable", r, "relation", rel))
+		}
+	}
+	for i, a := range sets {
+		for _, b := range sets[i+1:] {
+			if gm.vars[a].typ == gm.vars[b].typ {
+				add(callOf(toolIntersection, "variable1", "#"+strconv.Itoa(a), "variable2", "#"+strconv.Itoa(b)))
+			}
+		}
+	}
+	for _, k := range sets {
+		label := "#" + strconv.Itoa(k)
+		if len(gm.vars[k].set) == 0 {
+			continue
+		}
+		add(callOf(toolGetAttributes, "variable", label))
+		if gm.attrs[label] {
+			for _, a := range gm.s.attrsOf[gm.vars[k].typ] {
+				add(callOf(toolArgmax, "variable", label, "attribute", a.name))
+				add(callOf(toolArgmin, "variable", label, "attribute", a.name))
+			}
+		}
+		add(callOf(toolCount, "variable", label))
+	}
+	for k := first; k < len(gm.vars); k++ {
+		add(callOf(toolAnswer, "variable", "#"+strconv.Itoa(k)))
+	}
+	return out
+}

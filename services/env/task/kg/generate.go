@@ -1,0 +1,322 @@
+package kg
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"github.com/jetrl/jetrl/proto"
+)
+
+// Generation bounds.
+const (
+	maxAttempts     = 1_000
+	questionsPerKB  = 20
+	heldoutModulus  = 5
+	extremeMinSize  = 2 // argmax and argmin pick among at least this many entities
+)
+
+// shape is a kind of question: the program that answers it.
+type shape int
+
+const (
+	chain2    shape = iota // two hops
+	chain3                 // three hops
+	both                   // one hop from each of two entities, intersected
+	extreme1               // one hop, then argmax or argmin
+	extreme2               // two hops, then argmax or argmin
+	count2                 // two hops, then count
+	numShapes
+)
+
+// String names the shape in tests and metrics.
+func (s shape) String() string {
+	return [...]string{"chain2", "chain3", "both", "extreme1", "extreme2", "count2", "unknown"}[min(s, numShapes)]
+}
+
+// op is one step of a question's program.
+type op int
+
+const (
+	opNeighbors op = iota
+	opIntersect
+	opArgmax
+	opArgmin
+	opCount
+)
+
+// operand is an argument of a program step: a question entity or an earlier step's result.
+type operand struct {
+	entity bool
+	id     int // entity id, or step index
+}
+
+// step is one program step; name is the relation (opNeighbors) or the attribute (argmax, argmin).
+type step struct {
+	op   op
+	a, b operand
+	name string
+}
+
+// splitStream separates the random streams of the two splits, so seed 7 of train and of heldout differ.
+func splitStream(split string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte("kg/" + split))
+	return h.Sum64()
+}
+
+// splitKey hashes the instruction, which names the question's entities and relations.
+func splitKey(instruction string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(instruction))
+	return h.Sum64()
+}
+
+// generate draws the instance of (split, seed): a knowledge graph, then questions about it until one
+// whose split key falls in the split.
+func generate(s *schema, split string, seed uint64) (*game, error) {
+	rng := rand.New(rand.NewPCG(seed, splitStream(split)))
+	wantHeldout := split == proto.SplitHeldout
+	for range maxAttempts {
+		g := drawGraph(s, rng)
+		for range questionsPerKB {
+			q, ok := drawQuestion(g, rng)
+			if !ok {
+				continue
+			}
+			if (splitKey(q.instruction)%heldoutModulus == 0) != wantHeldout {
+				continue
+			}
+			return newGame(g, q), nil
+		}
+	}
+	return nil, errors.New("kg: no instance found for this split and seed")
+}
+
+// drawGraph builds a small world: countries, cities located in them, companies headquartered in cities,
+// people born in cities and working for companies, and films directed by, starring and produced by them.
+func drawGraph(s *schema, rng *rand.Rand) *graph {
+	g := &graph{s: s, byName: map[string]int{}}
+	p := s.pools
+	pickNames := func(pool []string, n int) []string {
+		out := make([]string, n)
+		for i, j := range rng.Perm(len(pool))[:n] {
+			out[i] = pool[j]
+		}
+		return out
+	}
+	pairNames := func(first, second []string, n int) []string {
+		out := make([]string, n)
+		for i, k := range rng.Perm(len(first) * len(second))[:n] {
+			out[i] = first[k/len(second)] + " " + second[k%len(second)]
+		}
+		return out
+	}
+	ids := map[string][]int{}
+	names := map[string][]string{
+		country: pickNames(p.countries, typeSize(country)),
+		city:    pickNames(p.cities, typeSize(city)),
+		company: pickNames(p.companies, typeSize(company)),
+		person:  pairNames(p.firstNames, p.lastNames, typeSize(person)),
+		film:    pairNames(p.filmFirst, p.filmSecond, typeSize(film)),
+	}
+	for _, typ := range []string{country, city, company, person, film} {
+		for _, n := range names[typ] {
+			ids[typ] = append(ids[typ], g.add(n, typ))
+		}
+	}
+	any := func(typ string) int { return ids[typ][rng.IntN(len(ids[typ]))] }
+	for _, c := range ids[city] {
+		g.link(c, "city.located_in", any(country))
+	}
+	for _, c := range ids[company] {
+		g.link(c, "company.headquartered_in", any(city))
+	}
+	for _, pp := range ids[person] {
+		born := any(city)
+		g.link(pp, "person.born_in", born)
+		nation := g.ents[born].edges["city.located_in"][0]
+		if rng.IntN(10) < 3 {
+			nation = any(country)
+		}
+		g.link(pp, "person.nationality", nation)
+		if rng.IntN(10) < 7 {
+			g.link(pp, "person.works_for", any(company))
+		}
+	}
+	directors := ids[person][:6]
+	for _, f := range ids[film] {
+		for range 1 + rng.IntN(10)/7 {
+			g.link(f, "film.directed_by", directors[rng.IntN(len(directors))])
+		}
+		for range 2 + rng.IntN(2) {
+			g.link(f, "film.starring", any(person))
+		}
+		for range 1 + rng.IntN(10)/6 {
+			g.link(f, "film.produced_by", any(company))
+		}
+		g.link(f, "film.filmed_in", any(city))
+	}
+	for _, typ := range []string{country, city, company, person, film} {
+		for _, a := range s.attrsOf[typ] {
+			used := map[int]bool{}
+			for _, id := range ids[typ] {
+				v := a.lo + rng.IntN(a.hi-a.lo+1)
+				for used[v] {
+					v = a.lo + rng.IntN(a.hi-a.lo+1)
+				}
+				used[v] = true
+				g.ents[id].attrs = append(g.ents[id].attrs, v)
+			}
+		}
+	}
+	return g
+}
+
+// question is a generated question: its text, the entities it names and the program that answers it.
+type question struct {
+	shape       shape
+	instruction string
+	entities    []int
+	program     []step
+}
+
+// mention names an entity in a question.
+func (g *graph) mention(id int) string {
+	e := g.ents[id]
+	if e.typ == person {
+		return e.name
+	}
+	return "the " + e.typ + " " + e.name
+}
+
+// hop draws a relation to follow from v (never straight back along back) and its result.
+func (g *graph) hop(rng *rand.Rand, v value, back string) (string, value, bool) {
+	rels := slices.DeleteFunc(g.relationsOf(v), func(r string) bool { return r == back })
+	if len(rels) == 0 {
+		return "", value{}, false
+	}
+	r := rels[rng.IntN(len(rels))]
+	return r, g.neighbors(v, r), true
+}
+
+// chain draws a path of n hops from a random entity: the entity, the relations and each hop's result.
+func (g *graph) chain(rng *rand.Rand, n int) (int, []string, []value, bool) {
+	e := rng.IntN(len(g.ents))
+	v, back := g.single(e), ""
+	var rels []string
+	var vals []value
+	for range n {
+		r, next, ok := g.hop(rng, v, back)
+		if !ok {
+			return 0, nil, nil, false
+		}
+		rels, vals = append(rels, r), append(vals, next)
+		v, back = next, g.s.rels[r].inverse
+	}
+	return e, rels, vals, true
+}
+
+// phrase nests the relations' phrases around the entity's mention.
+func (g *graph) phrase(e int, rels []string) string {
+	p := g.mention(e)
+	for _, r := range rels {
+		p = fmt.Sprintf(g.s.rels[r].phrase, p)
+	}
+	return p
+}
+
+// chainProgram is the neighbor steps of a chain from entity e.
+func chainProgram(e int, rels []string) []step {
+	prog := make([]step, len(rels))
+	for i, r := range rels {
+		prog[i] = step{op: opNeighbors, a: operand{id: i - 1}, name: r}
+	}
+	prog[0].a = operand{entity: true, id: e}
+	return prog
+}
+
+// drawQuestion draws a question of a random shape; ok is false when this graph cannot host the draw.
+func drawQuestion(g *graph, rng *rand.Rand) (question, bool) {
+	sh := shape(rng.IntN(int(numShapes)))
+	q := question{shape: sh}
+	var vals []value
+	var text string
+	switch sh {
+	case chain2, chain3, count2:
+		n := 2
+		if sh == chain3 {
+			n = 3
+		}
+		e, rels, vs, ok := g.chain(rng, n)
+		if !ok {
+			return q, false
+		}
+		q.entities, q.program, vals = []int{e}, chainProgram(e, rels), vs
+		if sh == count2 {
+			q.program = append(q.program, step{op: opCount, a: operand{id: n - 1}})
+			vals = append(vals, value{isNum: true, num: len(vs[n-1].set)})
+			text = fmt.Sprintf("how many entities are %s?", g.phrase(e, rels))
+		} else {
+			text = fmt.Sprintf("what is %s?", g.phrase(e, rels))
+		}
+	case extreme1, extreme2:
+		n := 1
+		if sh == extreme2 {
+			n = 2
+		}
+		e, rels, vs, ok := g.chain(rng, n)
+		if !ok || len(vs[n-1].set) < extremeMinSize {
+			return q, false
+		}
+		attrs := g.s.attrsOf[vs[n-1].typ]
+		a := rng.IntN(len(attrs))
+		o, word := opArgmax, "highest"
+		if rng.IntN(2) == 1 {
+			o, word = opArgmin, "lowest"
+		}
+		q.entities = []int{e}
+		q.program = append(chainProgram(e, rels), step{op: o, a: operand{id: n - 1}, name: attrs[a].name})
+		vals = append(vs, g.extreme(vs[n-1], a, o == opArgmax))
+		text = fmt.Sprintf("among %s, which one has the %s %s?", g.phrase(e, rels), word, attrs[a].phrase)
+	case both:
+		e1, r1, v1, ok1 := g.chain(rng, 1)
+		e2, r2, v2, ok2 := g.chain(rng, 1)
+		if !ok1 || !ok2 || e1 == e2 || v1[0].typ != v2[0].typ {
+			return q, false
+		}
+		in := intersect(v1[0], v2[0])
+		if len(in.set) == 0 || in.equal(v1[0]) || in.equal(v2[0]) {
+			return q, false
+		}
+		q.entities = []int{e1, e2}
+		q.program = []step{
+			{op: opNeighbors, a: operand{entity: true, id: e1}, name: r1[0]},
+			{op: opNeighbors, a: operand{entity: true, id: e2}, name: r2[0]},
+			{op: opIntersect, a: operand{id: 0}, b: operand{id: 1}},
+		}
+		vals = []value{v1[0], v2[0], in}
+		text = fmt.Sprintf("which %s are both %s and %s?", plural(in.typ), g.phrase(e1, r1), g.phrase(e2, r2))
+	}
+	// The answer must be reachable only by finishing the program: no earlier result or named entity holds it.
+	final := vals[len(vals)-1]
+	for _, v := range vals[:len(vals)-1] {
+		if v.equal(final) {
+			return q, false
+		}
+	}
+	for _, e := range q.entities {
+		if g.single(e).equal(final) {
+			return q, false
+		}
+	}
+	names := make([]string, len(q.entities))
+	for i, e := range q.entities {
+		names[i] = g.ents[e].name
+	}
+	q.instruction = fmt.Sprintf("Question: %s\nEntities: [%s]", text, strings.Join(names, ", "))
+	return q, true
+}
