@@ -1,0 +1,165 @@
+package trainer
+
+import (
+	"cmp"
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/policy"
+)
+
+func TestTurnObjective(t *testing.T) {
+	paper := Objective{Clip: 0.2, DualClip: 3}
+	tests := []struct {
+		name            string
+		givenObjective  Objective
+		givenRatio      float64
+		givenAdv        float64
+		expectedObj     float64
+		expectedGrad    float64 // d obj / d logpNew
+		expectedClipped bool
+	}{
+		{name: "on-policy, positive advantage", givenObjective: paper, givenRatio: 1, givenAdv: 1, expectedObj: 1, expectedGrad: 1},
+		{name: "on-policy, negative advantage", givenObjective: paper, givenRatio: 1, givenAdv: -1, expectedObj: -1, expectedGrad: -1},
+		{name: "adv>0, ratio inside the clip range", givenObjective: paper, givenRatio: 1.1, givenAdv: 2, expectedObj: 2.2, expectedGrad: 2.2},
+		{name: "adv>0, ratio above the clip range: clipped, no gradient", givenObjective: paper, givenRatio: 1.5, givenAdv: 1, expectedObj: 1.2, expectedGrad: 0, expectedClipped: true},
+		{name: "adv>0, ratio below the clip range: the unclipped term is the minimum", givenObjective: paper, givenRatio: 0.5, givenAdv: 1, expectedObj: 0.5, expectedGrad: 0.5},
+		{name: "adv<0, ratio inside the clip range", givenObjective: paper, givenRatio: 0.9, givenAdv: -1, expectedObj: -0.9, expectedGrad: -0.9},
+		{name: "adv<0, ratio below the clip range: clipped, no gradient", givenObjective: paper, givenRatio: 0.5, givenAdv: -1, expectedObj: -0.8, expectedGrad: 0, expectedClipped: true},
+		{name: "adv<0, ratio above the clip range but under the dual clip", givenObjective: paper, givenRatio: 2.5, givenAdv: -1, expectedObj: -2.5, expectedGrad: -2.5},
+		{name: "adv<0, ratio above the dual clip: obj = 3·A, no gradient", givenObjective: paper, givenRatio: 4, givenAdv: -1, expectedObj: -3, expectedGrad: 0, expectedClipped: true},
+		{name: "adv<0 of -2, ratio 3.5: obj = 3·A", givenObjective: paper, givenRatio: 3.5, givenAdv: -2, expectedObj: -6, expectedGrad: 0, expectedClipped: true},
+		{name: "dual clip does not touch positive advantages", givenObjective: paper, givenRatio: 4, givenAdv: 1, expectedObj: 1.2, expectedGrad: 0, expectedClipped: true},
+		{name: "dual clip off", givenObjective: Objective{Clip: 0.2}, givenRatio: 4, givenAdv: -1, expectedObj: -4, expectedGrad: -4},
+		{name: "zero advantage", givenObjective: paper, givenRatio: 1.7, givenAdv: 0, expectedObj: 0, expectedGrad: 0},
+		{name: "wider clip", givenObjective: Objective{Clip: 0.5, DualClip: 3}, givenRatio: 1.4, givenAdv: 1, expectedObj: 1.4, expectedGrad: 1.4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logpOld := -1.3
+			logpNew := logpOld + math.Log(tc.givenRatio)
+			obj, grad, clipped := tc.givenObjective.TurnObjective(logpNew, logpOld, tc.givenAdv)
+			if math.Abs(obj-tc.expectedObj) > 1e-9 || math.Abs(grad-tc.expectedGrad) > 1e-9 || clipped != tc.expectedClipped {
+				t.Fatalf("TurnObjective(ratio %v, adv %v) = obj %v grad %v clipped %v; want %v %v %v",
+					tc.givenRatio, tc.givenAdv, obj, grad, clipped, tc.expectedObj, tc.expectedGrad, tc.expectedClipped)
+			}
+		})
+	}
+}
+
+// The derivative TurnObjective reports is the derivative of the objective it reports, wherever that is smooth.
+func TestTurnObjectiveDerivative(t *testing.T) {
+	o := Objective{Clip: 0.2, DualClip: 3}
+	const h = 1e-6
+	for _, adv := range []float64{1.5, -0.7} {
+		for _, ratio := range []float64{0.5, 0.9, 1, 1.1, 1.5, 2.5, 4} {
+			lp := math.Log(ratio) - 2
+			_, d, _ := o.TurnObjective(lp, -2, adv)
+			up, _, _ := o.TurnObjective(lp+h, -2, adv)
+			down, _, _ := o.TurnObjective(lp-h, -2, adv)
+			if fd := (up - down) / (2 * h); math.Abs(fd-d) > 1e-4 {
+				t.Errorf("adv %v ratio %v: derivative %v, finite difference %v", adv, ratio, d, fd)
+			}
+		}
+	}
+}
+
+// trainEpisode builds an episode whose behaviour log-probabilities are the model's own (ratio 1).
+func trainEpisode(m *policy.Model, id string, chosen []int, adv float64) proto.TrainEpisode {
+	ep := proto.Episode{Schema: proto.SchemaVersion, ID: id, GroupID: "g-" + id, GroupSize: 2, Task: "alfworld",
+		Instruction: "Your task is to: put a apple in fridge 1.", Status: proto.StatusCompleted}
+	cands := []string{"take_action go to fridge 1", "take_action go to countertop 1", "take_action look", "take_action take apple 1 from countertop 1"}
+	for i, c := range chosen {
+		ep.Turns = append(ep.Turns, proto.Turn{Observation: "You see a fridge 1 and a countertop " + string(rune('1'+i)),
+			Candidates: slices.Clone(cands), Chosen: c, Policy: proto.PolicyCurrent})
+	}
+	advs := make([]float64, len(chosen))
+	for i, in := range policy.InputsFromEpisode(&ep) {
+		ep.Turns[i].LogProb = m.LogProb(in, ep.Turns[i].Chosen)
+		advs[i] = adv
+	}
+	return proto.TrainEpisode{Episode: ep, Advantages: advs}
+}
+
+// accumulate's gradient is the gradient of the loss it returns: checked by central differences on the
+// weights it moves most, with and without the entropy bonus.
+func TestAccumulateGradientMatchesLoss(t *testing.T) {
+	cfg := policy.Config{Bits: 10, Seed: 3}
+	cfg.SetDefaults()
+	m, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []proto.TrainEpisode{
+		trainEpisode(m, "a", []int{0, 3, 1}, 1.3),
+		trainEpisode(m, "b", []int{2, 2}, -0.8),
+	}
+	for _, o := range []Objective{{Clip: 0.2, DualClip: 3}, {Clip: 0.2, DualClip: 3, EntropyCoef: 0.05}} {
+		grad := make([]float64, m.NumParams())
+		st, err := o.accumulate(m, eps, grad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Turns != 5 || st.ClipFraction != 0 {
+			t.Fatalf("stats = %+v, want 5 turns, none clipped at ratio 1", st)
+		}
+		// At ratio 1 the surrogate is the mean advantage: loss = -(3·1.3 - 2·0.8)/5 (minus any entropy bonus).
+		if o.EntropyCoef == 0 && math.Abs(st.Loss-(-(3*1.3-2*0.8)/5)) > 1e-9 {
+			t.Fatalf("loss = %v, want %v", st.Loss, -(3*1.3-2*0.8)/5)
+		}
+		idx := make([]int, len(grad))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(math.Abs(grad[b]), math.Abs(grad[a])) })
+		if grad[idx[0]] == 0 {
+			t.Fatal("zero gradient")
+		}
+		loss := func() float64 {
+			st, err := o.accumulate(m, eps, make([]float64, m.NumParams()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Loss
+		}
+		for _, k := range idx[:5] {
+			const h = 1e-2
+			w := m.Weights[k]
+			m.Weights[k] = w + h
+			up := loss()
+			m.Weights[k] = w - h
+			down := loss()
+			m.Weights[k] = w
+			fd := (up - down) / (2 * h)
+			if math.Abs(fd-grad[k]) > 0.02*math.Abs(grad[k])+1e-6 {
+				t.Errorf("entropy %v weight %d: gradient %v, finite difference %v", o.EntropyCoef, k, grad[k], fd)
+			}
+		}
+	}
+}
+
+func TestAccumulateRefusesBadAdvantages(t *testing.T) {
+	cfg := policy.Config{Bits: 10, Seed: 3}
+	cfg.SetDefaults()
+	m, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Objective{Clip: 0.2, DualClip: 3}
+	nan := trainEpisode(m, "a", []int{0, 1}, 1)
+	nan.Advantages[1] = math.NaN()
+	short := trainEpisode(m, "b", []int{0, 1}, 1)
+	short.Advantages = short.Advantages[:1]
+	inf := trainEpisode(m, "c", []int{0}, math.Inf(-1))
+	for _, tc := range []struct {
+		given    proto.TrainEpisode
+		expected error
+	}{{nan, proto.ErrBadNumber}, {short, proto.ErrMalformed}, {inf, proto.ErrBadNumber}} {
+		if _, err := o.accumulate(m, []proto.TrainEpisode{tc.given}, make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
+			t.Errorf("episode %s: error %v, want %v", tc.given.Episode.ID, err, tc.expected)
+		}
+	}
+}

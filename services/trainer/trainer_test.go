@@ -1,0 +1,474 @@
+package trainer_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/trainer"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mesh is an embedded server with the mesh's topology, seen from the test's own connection.
+type mesh struct {
+	url string
+	js  jetstream.JetStream
+}
+
+func newMesh(t *testing.T) *mesh {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	m := &mesh{url: srv.URL()}
+	if m.js, err = bus.JetStream(m.conn(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(testCtx(t), m.js, 1); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (m *mesh) conn(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := bus.Connect(testCtx(t), m.url, "trainer-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func testConfig(eta int) trainer.Config {
+	return trainer.Config{Model: policy.Config{Bits: 10, Seed: 5}, Loss: trainer.Objective{Clip: 0.2, DualClip: 3}, Epochs: 2, Eta: eta}
+}
+
+// running is one trainer run; stop cancels it and waits for Run to return.
+type running struct {
+	tr   *trainer.Trainer
+	stop func()
+}
+
+func (m *mesh) startTrainer(t *testing.T, cfg trainer.Config) *running {
+	t.Helper()
+	tr, err := trainer.New(cfg, trainer.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	}
+	t.Cleanup(stop)
+	eventually(t, 10*time.Second, "the trainer to run", tr.Running)
+	return &running{tr: tr, stop: stop}
+}
+
+// current reads the version record and checks it against the weights it names.
+func (m *mesh) current(t *testing.T) (proto.PolicyVersion, []byte) {
+	t.Helper()
+	ctx := testCtx(t)
+	kv, err := m.js.KeyValue(ctx, proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, proto.KeyPolicyCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec proto.PolicyVersion
+	if err := codec.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := m.js.ObjectStore(ctx, proto.BucketWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := obj.GetBytes(ctx, rec.Object)
+	if err != nil {
+		t.Fatalf("weights %s of version %d: %v", rec.Object, rec.Version, err)
+	}
+	sum := sha256.Sum256(w)
+	if rec.Object != proto.WeightsObject(rec.Version) || rec.SHA256 != hex.EncodeToString(sum[:]) || rec.Size != int64(len(w)) {
+		t.Fatalf("version record %+v does not match its weights (%d bytes, sha256 %x)", rec, len(w), sum)
+	}
+	return rec, w
+}
+
+func (m *mesh) version(t *testing.T) int64 {
+	rec, _ := m.current(t)
+	return rec.Version
+}
+
+func (m *mesh) model(t *testing.T) *policy.Model {
+	t.Helper()
+	_, w := m.current(t)
+	pm, err := policy.Load(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pm
+}
+
+func (m *mesh) publish(t *testing.T, msgID string, data []byte) {
+	t.Helper()
+	if _, err := bus.PublishOnce(testCtx(t), m.js, proto.SubjectTrain, msgID, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (m *mesh) publishBatch(t *testing.T, msgID string, tb proto.TrainBatch) {
+	t.Helper()
+	tb.Schema = proto.SchemaVersion
+	data, err := codec.Marshal(tb, proto.MaxBatchBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.publish(t, msgID, data)
+}
+
+func (m *mesh) msgs(t *testing.T, stream string) uint64 {
+	t.Helper()
+	st, err := m.js.Stream(testCtx(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+var candidates = []string{"take_action go to fridge 1", "take_action go to countertop 1", "take_action look", "take_action open fridge 1"}
+
+// episode builds a train episode whose behaviour log-probabilities come from pm, with one advantage per turn.
+func episode(pm *policy.Model, id, group string, startVersion int64, chosen []int, adv float64) proto.TrainEpisode {
+	ep := proto.Episode{Schema: proto.SchemaVersion, ID: id, GroupID: group, GroupSize: 2, Task: "alfworld",
+		Split: proto.SplitTrain, Instruction: "Your task is to: put a apple in fridge 1.", Status: proto.StatusCompleted,
+		StartVersion: startVersion}
+	for i, c := range chosen {
+		ep.Turns = append(ep.Turns, proto.Turn{Observation: fmt.Sprintf("You are at step %d.", i), Candidates: candidates,
+			Chosen: c, Version: startVersion, Policy: proto.PolicyCurrent})
+	}
+	advs := make([]float64, len(chosen))
+	for i, in := range policy.InputsFromEpisode(&ep) {
+		ep.Turns[i].LogProb = pm.LogProb(in, chosen[i])
+		advs[i] = adv
+	}
+	return proto.TrainEpisode{Episode: ep, Advantages: advs}
+}
+
+// group is a win (choosing candidate 0) and a loss (choosing 2) of one instance.
+func group(pm *policy.Model, id string, startVersion int64) []proto.TrainEpisode {
+	return []proto.TrainEpisode{
+		episode(pm, id+"-0", id, startVersion, []int{0, 0}, 1),
+		episode(pm, id+"-1", id, startVersion, []int{2, 2, 2}, -1),
+	}
+}
+
+func TestPublishesVersionZeroOnStart(t *testing.T) {
+	m := newMesh(t)
+	r := m.startTrainer(t, testConfig(1))
+	rec, w := m.current(t)
+	if rec.Version != 0 || rec.EpisodesTrained != 0 || rec.BatchID != "" || rec.PublishedAt == 0 {
+		t.Fatalf("initial version record = %+v", rec)
+	}
+	pm, err := policy.Load(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm.Bits != 10 || pm.NumParams() != 1<<10 {
+		t.Fatalf("published model has %d bits, want the configured 10", pm.Bits)
+	}
+	if s := r.tr.Stats(); s.Version != 0 || s.Resumed {
+		t.Fatalf("stats = %+v, want version 0, not resumed", s)
+	}
+	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.GetInfo(testCtx(t), proto.KeyCheckpoint); err != nil {
+		t.Fatalf("no checkpoint after start: %v", err)
+	}
+}
+
+func TestApplyRedeliverResume(t *testing.T) {
+	m := newMesh(t)
+	cfg := testConfig(0)
+	r := m.startTrainer(t, cfg)
+	v0 := m.model(t)
+	rec0, _ := m.current(t)
+
+	// Apply one batch: the version moves to 1 and the weights move toward the win.
+	tb1 := proto.TrainBatch{ID: "tb-1", Episodes: group(v0, "g1", 0), TrainerVersion: 0}
+	m.publishBatch(t, "tb-1", tb1)
+	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
+	rec1, w1 := m.current(t)
+	if rec1.BatchID != "tb-1" || rec1.EpisodesTrained != 2 {
+		t.Fatalf("version 1 record = %+v", rec1)
+	}
+	if rec1.SHA256 == rec0.SHA256 {
+		t.Fatal("weights of version 1 equal those of version 0")
+	}
+	v1 := m.model(t)
+	win := policy.InputsFromEpisode(&tb1.Episodes[0].Episode)[0]
+	loss := policy.InputsFromEpisode(&tb1.Episodes[1].Episode)[0]
+	if v1.LogProb(win, 0) <= v0.LogProb(win, 0) || v1.LogProb(loss, 2) >= v0.LogProb(loss, 2) {
+		t.Fatalf("update went the wrong way: win %v→%v, loss %v→%v",
+			v0.LogProb(win, 0), v1.LogProb(win, 0), v0.LogProb(loss, 2), v1.LogProb(loss, 2))
+	}
+	s := r.tr.Stats()
+	if s.Version != 1 || s.Batches != 1 || s.EpisodesTrained != 2 || s.LastBatchID != "tb-1" {
+		t.Fatalf("stats after one batch = %+v", s)
+	}
+	// The step event is stored once per version.
+	ev, err := m.js.Stream(testCtx(t), proto.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := ev.GetLastMsgForSubject(testCtx(t), proto.SubjectEventTrainStep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step proto.TrainStep
+	if err := codec.Unmarshal(raw.Data, &step); err != nil {
+		t.Fatal(err)
+	}
+	if step.Version != 1 || step.BatchID != "tb-1" || step.Episodes != 2 || step.EpisodesTrained != 2 ||
+		raw.Header.Get(nats.MsgIdHdr) != proto.TrainStepMsgID(1) {
+		t.Fatalf("step event = %+v, msg id %q", step, raw.Header.Get(nats.MsgIdHdr))
+	}
+
+	// The same batch again (a redelivery after the checkpoint: a new stream message, same batch id) is
+	// acknowledged without a second update.
+	m.publishBatch(t, "tb-1-redelivered", tb1)
+	eventually(t, 10*time.Second, "the duplicate to be seen", func() bool { return r.tr.Stats().Duplicates == 1 })
+	if rec, _ := m.current(t); rec.Version != 1 || rec.SHA256 != rec1.SHA256 || rec.PublishedAt != rec1.PublishedAt {
+		t.Fatalf("after a redelivery the record is %+v, want version 1 unchanged", rec)
+	}
+	if n := m.msgs(t, proto.StreamEvents); n != 1 {
+		t.Fatalf("events stream holds %d step events, want 1", n)
+	}
+
+	// Restart: a new trainer resumes from the checkpoint and does not republish the same version.
+	r.stop()
+	r2 := m.startTrainer(t, cfg)
+	s = r2.tr.Stats()
+	if !s.Resumed || s.Version != 1 || s.EpisodesTrained != 2 || s.Batches != 1 || s.LastBatchID != "tb-1" {
+		t.Fatalf("stats after restart = %+v, want resumed at version 1 with 2 episodes trained", s)
+	}
+	if rec, w := m.current(t); rec.Version != 1 || rec.PublishedAt != rec1.PublishedAt || string(w) != string(w1) {
+		t.Fatalf("restart republished: record %+v", rec)
+	}
+	m.publishBatch(t, "tb-1-after-restart", tb1)
+	eventually(t, 10*time.Second, "the duplicate after restart", func() bool { return r2.tr.Stats().Duplicates == 1 })
+	if v := m.version(t); v != 1 {
+		t.Fatalf("version %d after a redelivery to the resumed trainer, want 1", v)
+	}
+
+	// With eta 0 at version 1, episodes admitted at version 0 are stale: not trained, counted.
+	tb2 := proto.TrainBatch{ID: "tb-2", Episodes: group(v0, "g2", 0), TrainerVersion: 1}
+	m.publishBatch(t, "tb-2", tb2)
+	eventually(t, 10*time.Second, "the stale batch to be consumed", func() bool { return r2.tr.Stats().Batches == 2 })
+	s = r2.tr.Stats()
+	if s.StaleDropped != 2 || s.EpisodesTrained != 2 {
+		t.Fatalf("stats after a stale batch = %+v, want 2 stale dropped and still 2 trained", s)
+	}
+	rec2, _ := m.current(t)
+	if rec2.SHA256 != rec1.SHA256 {
+		t.Fatal("a batch of only stale episodes changed the weights")
+	}
+
+	// A mixed batch: a fresh group trains; a stale episode and a repeat of an already trained group do not.
+	v2 := m.model(t)
+	fresh := group(v2, "g3", rec2.Version)
+	stale := episode(v0, "g4-0", "g4", rec2.Version-1, []int{1}, 1)
+	repeat := episode(v0, "g1-9", "g1", rec2.Version, []int{1}, 1)
+	m.publishBatch(t, "tb-3", proto.TrainBatch{ID: "tb-3", Episodes: append(fresh, stale, repeat)})
+	eventually(t, 10*time.Second, "the mixed batch", func() bool { return r2.tr.Stats().Batches == 3 })
+	s = r2.tr.Stats()
+	if s.EpisodesTrained != 4 || s.StaleDropped != 3 || s.DupEpisodes != 1 || s.MaxStaleness != 0 {
+		t.Fatalf("stats after the mixed batch = %+v, want 4 trained, 3 stale, 1 duplicate episode", s)
+	}
+	if rec, _ := m.current(t); rec.Version != 3 || rec.EpisodesTrained != 4 || rec.SHA256 == rec2.SHA256 {
+		t.Fatalf("record after the mixed batch = %+v", rec)
+	}
+}
+
+// A checkpoint ahead of the version record (a crash between the two) is repaired on restart.
+func TestRestartRepublishesVersionMissingFromKV(t *testing.T) {
+	m := newMesh(t)
+	cfg := testConfig(1)
+	r := m.startTrainer(t, cfg)
+	kv, err := m.js.KeyValue(testCtx(t), proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e0, err := kv.Get(testCtx(t), proto.KeyPolicyCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.publishBatch(t, "tb-1", proto.TrainBatch{ID: "tb-1", Episodes: group(m.model(t), "g1", 0)})
+	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
+	r.stop()
+	if _, err := kv.Put(testCtx(t), proto.KeyPolicyCurrent, e0.Value()); err != nil {
+		t.Fatal(err)
+	}
+	m.startTrainer(t, cfg)
+	rec, _ := m.current(t)
+	if rec.Version != 1 || rec.BatchID != "tb-1" || rec.EpisodesTrained != 2 {
+		t.Fatalf("record after restart = %+v, want version 1 of tb-1 republished", rec)
+	}
+}
+
+func TestRefusedBatchesAreDeadLettered(t *testing.T) {
+	m := newMesh(t)
+	r := m.startTrainer(t, testConfig(1))
+	pm := m.model(t)
+	rec0, _ := m.current(t)
+
+	nan := group(pm, "g-nan", 0)
+	nan[1].Advantages[1] = math.NaN()
+	short := group(pm, "g-short", 0)
+	short[0].Advantages = short[0].Advantages[:1]
+	tests := []struct {
+		name           string
+		given          func() []byte
+		expectedReason string
+	}{
+		{"NaN advantage", func() []byte {
+			return mustMarshal(t, proto.TrainBatch{Schema: proto.SchemaVersion, ID: "tb-nan", Episodes: nan})
+		}, proto.ErrBadNumber.Error()},
+		{"fewer advantages than turns", func() []byte {
+			return mustMarshal(t, proto.TrainBatch{Schema: proto.SchemaVersion, ID: "tb-short", Episodes: short})
+		}, proto.ErrMalformed.Error()},
+		{"not msgpack", func() []byte { return []byte("\x00\x01garbage") }, proto.ErrMalformed.Error()},
+		{"old schema", func() []byte { return mustMarshal(t, proto.TrainBatch{ID: "tb-old"}) }, proto.ErrSchema.Error()},
+	}
+	for i, tc := range tests {
+		data := tc.given()
+		m.publish(t, "bad-"+tc.name, data)
+		seq := uint64(i + 1)
+		eventually(t, 10*time.Second, "the dead letter of "+tc.name, func() bool { return m.msgs(t, proto.StreamDeadLetter) == seq })
+		st, err := m.js.Stream(testCtx(t), proto.StreamDeadLetter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl, err := st.GetMsg(testCtx(t), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dl.Subject != proto.SubjectDeadLetterPrefix+"trainer" || string(dl.Data) != string(data) ||
+			dl.Header.Get(proto.HeaderDeadLetterSubject) != proto.SubjectTrain {
+			t.Fatalf("%s: dead letter on %s with headers %v", tc.name, dl.Subject, dl.Header)
+		}
+		if reason := dl.Header.Get(proto.HeaderDeadLetterReason); !strings.HasPrefix(reason, tc.expectedReason) {
+			t.Fatalf("%s: reason %q, want it to start with %q", tc.name, reason, tc.expectedReason)
+		}
+	}
+	s := r.tr.Stats()
+	if s.DeadLettered != 4 || s.Version != 0 || s.Batches != 0 || s.EpisodesTrained != 0 {
+		t.Fatalf("stats = %+v, want 4 dead-lettered, nothing applied", s)
+	}
+	if rec, _ := m.current(t); rec.Version != 0 || rec.SHA256 != rec0.SHA256 {
+		t.Fatalf("a refused batch changed the published policy: %+v", rec)
+	}
+	// The refused batches left the weights as they were: a good batch of the NaN batch's groups still
+	// trains (they were never marked as trained) from the original weights.
+	good := group(pm, "g-nan", 0)
+	m.publishBatch(t, "tb-good", proto.TrainBatch{ID: "tb-good", Episodes: good})
+	eventually(t, 10*time.Second, "the good batch", func() bool { return r.tr.Stats().Batches == 1 })
+	if s := r.tr.Stats(); s.EpisodesTrained != 2 || s.DupEpisodes != 0 {
+		t.Fatalf("stats after the good batch = %+v", s)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := codec.Marshal(v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNewValidates(t *testing.T) {
+	m := newMesh(t)
+	nc := m.conn(t)
+	tests := []struct {
+		name       string
+		givenEdit  func(c *trainer.Config)
+		givenConn  *nats.Conn
+		expectedOK bool
+	}{
+		{"test config", func(*trainer.Config) {}, nc, true},
+		{"default config", func(c *trainer.Config) { *c = trainer.DefaultConfig() }, nc, true},
+		{"no dual clip", func(c *trainer.Config) { c.Loss.DualClip = 0 }, nc, true},
+		{"clip 0", func(c *trainer.Config) { c.Loss.Clip = 0 }, nc, false},
+		{"clip 1", func(c *trainer.Config) { c.Loss.Clip = 1 }, nc, false},
+		{"dual clip 1", func(c *trainer.Config) { c.Loss.DualClip = 1 }, nc, false},
+		{"no epochs", func(c *trainer.Config) { c.Epochs = 0 }, nc, false},
+		{"negative eta", func(c *trainer.Config) { c.Eta = -1 }, nc, false},
+		{"tiny model", func(c *trainer.Config) { c.Model.Bits = 4 }, nc, false},
+		{"no connection", func(*trainer.Config) {}, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(1)
+			tc.givenEdit(&cfg)
+			_, err := trainer.New(cfg, trainer.Deps{Conn: tc.givenConn, Log: zerolog.Nop()})
+			if (err == nil) != tc.expectedOK {
+				t.Fatalf("New error = %v, want ok %v", err, tc.expectedOK)
+			}
+		})
+	}
+}
