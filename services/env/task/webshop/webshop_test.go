@@ -1,0 +1,28 @@
+package webshop_test
+
+import (
+	"testing"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env/task"
+	"github.com/jetrl/jetrl/services/env/task/tasktest"
+	"github.com/jetrl/jetrl/services/env/task/webshop"
+)
+
+func TestConformance(t *testing.T) {
+	tasktest.RunConformance(t, webshop.New(), tasktest.Options{
+		FractionalReward:      true,
+		InadmissibleMarker:    "not admissible",
+		SolverCallsAdmissible: true,
+		MaxRandomSuccess:      0.15,
+		MaxRandomMeanReward:   0.3,
+		// A search changes the page, so the inadmissible probe clicks a link the search page lacks.
+		BadArgument: func(task.Opening) (proto.ToolCall, bool) {
+			return proto.ToolCall{Name: webshop.ClickTool, Arguments: `{"target":"take zorkmid 9 from nowhere 42"}`}, true
+		},
+	})
+}
+
+func BenchmarkStep(b *testing.B) { tasktest.BenchStep(b, webshop.New()) }
+
+func BenchmarkNew(b *testing.B) { tasktest.BenchNew(b, webshop.New()) }
