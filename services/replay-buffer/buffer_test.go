@@ -1,0 +1,528 @@
+package replaybuffer_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
+	"github.com/jetrl/jetrl/shared/admission"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type mesh struct {
+	url     string
+	js      jetstream.JetStream
+	counter *admission.Counter
+}
+
+func newMesh(t *testing.T) *mesh {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	m := &mesh{url: srv.URL()}
+	if m.js, err = bus.JetStream(m.conn(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(testCtx(t), m.js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if m.counter, err = admission.Bind(testCtx(t), m.js); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (m *mesh) conn(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := bus.Connect(testCtx(t), m.url, "replay-buffer-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// setVersion publishes the trainer's version record, as the trainer does.
+func (m *mesh) setVersion(t *testing.T, v int64) {
+	t.Helper()
+	kv, err := m.js.KeyValue(testCtx(t), proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := codec.Marshal(proto.PolicyVersion{Schema: proto.SchemaVersion, Version: v, Object: proto.WeightsObject(v)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(testCtx(t), proto.KeyPolicyCurrent, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type running struct {
+	b    *replaybuffer.Buffer
+	stop func()
+}
+
+func (m *mesh) startBuffer(t *testing.T, cfg replaybuffer.Config) *running {
+	t.Helper()
+	b, err := replaybuffer.New(cfg, replaybuffer.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	}
+	t.Cleanup(stop)
+	eventually(t, 10*time.Second, "the buffer to run", b.Running)
+	return &running{b: b, stop: stop}
+}
+
+// ep builds a valid one-turn episode k of group g.
+func ep(g string, k, size int, startVersion int64) proto.Episode {
+	return proto.Episode{Schema: proto.SchemaVersion, ID: fmt.Sprintf("%s-%d", g, k), GroupID: g, GroupSize: size,
+		Task: "alfworld", Split: proto.SplitTrain, Status: proto.StatusCompleted, Reward: float64(k % 2),
+		Turns:        []proto.Turn{{Observation: "o", Candidates: []string{"a", "b"}, Chosen: k % 2, LogProb: -0.69, Version: startVersion, Policy: proto.PolicyCurrent}},
+		StartVersion: startVersion}
+}
+
+func infra(e proto.Episode) proto.Episode {
+	e.InfraFailure, e.Status, e.Failure, e.Reward, e.Turns = true, proto.StatusError, "host gone", 0, nil
+	return e
+}
+
+// publish stores an episode under msgID (its id if empty), as rollout does.
+func (m *mesh) publish(t *testing.T, e proto.Episode, msgID string) {
+	t.Helper()
+	if msgID == "" {
+		msgID = e.ID
+	}
+	data, err := codec.Marshal(e, proto.MaxEpisodeBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishOnce(testCtx(t), m.js, proto.SubjectEpisodes(e.Task), msgID, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (m *mesh) msgs(t *testing.T, stream string) uint64 {
+	t.Helper()
+	st, err := m.js.Stream(testCtx(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (m *mesh) batch(t *testing.T, seq uint64) proto.Batch {
+	t.Helper()
+	st, err := m.js.Stream(testCtx(t), proto.StreamBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetMsg(testCtx(t), seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b proto.Batch
+	if err := codec.Unmarshal(raw.Data, &b); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Header.Get(nats.MsgIdHdr) != b.ID || !strings.HasPrefix(b.ID, "b-") {
+		t.Fatalf("batch %q published with msg id %q", b.ID, raw.Header.Get(nats.MsgIdHdr))
+	}
+	return b
+}
+
+func ids(b proto.Batch) []string {
+	out := make([]string, len(b.Episodes))
+	for i, e := range b.Episodes {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func (m *mesh) refunded(t *testing.T) int64 {
+	t.Helper()
+	a, _, err := m.counter.Read(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Refunded
+}
+
+// pending is how many episodes the buffer holds without having acked them.
+func (m *mesh) pending(t *testing.T) int {
+	t.Helper()
+	c, err := m.js.Consumer(testCtx(t), proto.StreamEpisodes, proto.ConsumerReplayBuffer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumAckPending + int(info.NumPending)
+}
+
+func cfg(batch int) replaybuffer.Config {
+	return replaybuffer.Config{BatchSize: batch, Eta: 1, GroupTimeout: time.Minute}
+}
+
+func TestCompleteGroupsAreReleasedAsOneBatch(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(4))
+	// g1 completes first; with 2 usable episodes it waits for more, as does the incomplete g3.
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, ep("g3", 0, 2, 0), "")
+	eventually(t, 10*time.Second, "3 episodes received", func() bool { return r.b.Stats().Received == 3 })
+	m.publish(t, ep("g2", 0, 2, 0), "")
+	m.publish(t, ep("g2", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	b := m.batch(t, 1)
+	if got, want := ids(b), []string{"g1-0", "g1-1", "g2-0", "g2-1"}; !slices.Equal(got, want) {
+		t.Fatalf("batch holds %v, want %v (whole groups, in completion order)", got, want)
+	}
+	if b.TrainerVersion != 0 || b.Schema != proto.SchemaVersion || b.ReleasedAt == 0 {
+		t.Fatalf("batch header = %+v", b)
+	}
+	// Batched episodes are acked; the member of the incomplete group is still held.
+	eventually(t, 10*time.Second, "acks of the batched episodes", func() bool { return m.pending(t) == 1 })
+	s := r.b.Stats()
+	if s.Batches != 1 || s.Batched != 4 || s.Received != 5 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if m.refunded(t) != 0 {
+		t.Fatalf("refunded %d for a batch of whole groups", m.refunded(t))
+	}
+}
+
+func TestNothingIsReleasedBeforeTheFirstVersion(t *testing.T) {
+	m := newMesh(t)
+	r := m.startBuffer(t, cfg(2))
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "2 episodes received", func() bool { return r.b.Stats().Received == 2 })
+	if n := m.msgs(t, proto.StreamBatches); n != 0 {
+		t.Fatalf("%d batches released before the trainer published a version", n)
+	}
+	m.setVersion(t, 0)
+	// The buffer decides again on its next event (a message or its 1s tick).
+	eventually(t, 10*time.Second, "a batch once the version is known", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if b := m.batch(t, 1); len(b.Episodes) != 2 {
+		t.Fatalf("batch holds %v", ids(b))
+	}
+}
+
+func TestInfraFailureIsMaskedAndRefunded(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	m.publish(t, ep("g1", 0, 3, 0), "")
+	m.publish(t, infra(ep("g1", 1, 3, 0)), "")
+	m.publish(t, ep("g1", 2, 3, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-2"}) {
+		t.Fatalf("batch holds %v, want the two usable members", got)
+	}
+	eventually(t, 10*time.Second, "the refund", func() bool { return m.refunded(t) == 1 })
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if s := r.b.Stats(); s.Masked != 1 || s.Batched != 2 {
+		t.Fatalf("stats = %+v, want 1 masked, 2 batched", s)
+	}
+}
+
+func TestGroupWithTooFewUsableMembersIsDropped(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, infra(ep("g1", 1, 2, 0)), "")
+	eventually(t, 10*time.Second, "the whole group refunded", func() bool { return m.refunded(t) == 2 })
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if s := r.b.Stats(); s.DroppedGroup != 1 || s.Masked != 1 || s.Batches != 0 {
+		t.Fatalf("stats = %+v, want 1 dropped with its group, 1 masked, no batch", s)
+	}
+	if n := m.msgs(t, proto.StreamBatches); n != 0 {
+		t.Fatalf("%d batches for a group that cannot train", n)
+	}
+	// A late or repeated member of the dropped group does not bring it back.
+	m.publish(t, ep("g1", 0, 2, 0), "g1-0-again")
+	eventually(t, 10*time.Second, "the late member", func() bool { return r.b.Stats().Late == 1 })
+	// The next good group still flows.
+	m.publish(t, ep("g2", 0, 2, 0), "")
+	m.publish(t, ep("g2", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g2-0", "g2-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+}
+
+func TestStaleEpisodesAreDropped(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 5)
+	r := m.startBuffer(t, cfg(2)) // eta 1: at version 5, start versions 4 and 5 are fresh
+	// A whole group admitted at version 3 is stale.
+	m.publish(t, ep("old", 0, 2, 3), "")
+	m.publish(t, ep("old", 1, 2, 3), "")
+	eventually(t, 10*time.Second, "the stale group refunded", func() bool { return m.refunded(t) == 2 })
+	// In a mixed group only the stale member goes.
+	m.publish(t, ep("mix", 0, 3, 4), "")
+	m.publish(t, ep("mix", 1, 3, 3), "")
+	m.publish(t, ep("mix", 2, 3, 5), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	b := m.batch(t, 1)
+	if got := ids(b); !slices.Equal(got, []string{"mix-0", "mix-2"}) {
+		t.Fatalf("batch holds %v, want the fresh members", got)
+	}
+	if b.TrainerVersion != 5 {
+		t.Fatalf("batch trainer version %d, want 5", b.TrainerVersion)
+	}
+	eventually(t, 10*time.Second, "the stale member refunded", func() bool { return m.refunded(t) == 3 })
+	if s := r.b.Stats(); s.DroppedStale != 3 || s.MaxStaleness != 1 {
+		t.Fatalf("stats = %+v, want 3 stale dropped, max staleness 1", s)
+	}
+}
+
+// Staleness is judged when a batch is released: a group that waited while the trainer moved on goes.
+func TestGroupThatWaitedTooLongGoesStale(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 4, Eta: 0, GroupTimeout: time.Minute})
+	m.publish(t, ep("early", 0, 2, 0), "")
+	m.publish(t, ep("early", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "the early group", func() bool { return r.b.Stats().Received == 2 })
+	m.setVersion(t, 1)
+	// At version 1 the early group is stale: it is settled (refunded) at the buffer's next tick.
+	eventually(t, 10*time.Second, "the stale group refunded at the next tick", func() bool { return m.refunded(t) == 2 })
+	m.publish(t, ep("late1", 0, 2, 1), "")
+	m.publish(t, ep("late1", 1, 2, 1), "")
+	m.publish(t, ep("late2", 0, 2, 1), "")
+	m.publish(t, ep("late2", 1, 2, 1), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"late1-0", "late1-1", "late2-0", "late2-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	if s := r.b.Stats(); s.DroppedStale != 2 {
+		t.Fatalf("stats = %+v, want the early group's 2 episodes dropped as stale", s)
+	}
+}
+
+func TestRepeatedEpisodesAreBatchedOnce(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	// The same episode twice before its group completes (a redelivery, stored under a new msg id).
+	m.publish(t, ep("g1", 0, 2, 0), "first")
+	m.publish(t, ep("g1", 0, 2, 0), "second")
+	eventually(t, 10*time.Second, "the duplicate", func() bool { return r.b.Stats().Duplicates == 1 })
+	if n := m.msgs(t, proto.StreamBatches); n != 0 {
+		t.Fatalf("a group of size 2 was released with one distinct member (%d batches)", n)
+	}
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	first := m.batch(t, 1)
+	if got := ids(first); !slices.Equal(got, []string{"g1-0", "g1-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	// After the release, a repeat is late: acked, not batched.
+	m.publish(t, ep("g1", 1, 2, 0), "third")
+	eventually(t, 10*time.Second, "the late repeat", func() bool { return r.b.Stats().Late == 1 })
+
+	// A restarted buffer has forgotten the group; if its episodes come again it releases the same batch
+	// id, which the batches stream stores once.
+	r.stop()
+	r2 := m.startBuffer(t, cfg(2))
+	m.publish(t, ep("g1", 0, 2, 0), "fourth")
+	m.publish(t, ep("g1", 1, 2, 0), "fifth")
+	eventually(t, 10*time.Second, "the re-release", func() bool { return r2.b.Stats().Batches == 1 })
+	if n := m.msgs(t, proto.StreamBatches); n != 1 {
+		t.Fatalf("batches stream holds %d batches, want the group once", n)
+	}
+	if m.refunded(t) != 0 {
+		t.Fatalf("refunded %d for repeats", m.refunded(t))
+	}
+}
+
+// A second stream message carrying an episode the buffer already holds (the same episode published again
+// after the stream's dedup window, or under another msg id) must be settled like the first: once the group
+// is released, both messages are acked. Today the held member is replaced by the newer delivery and the
+// older message is never acked: it stays pending until its ack wait (30s) runs out, is redelivered, and
+// is then counted a second time (received, late).
+func TestDuplicateOfHeldEpisodeIsAcked(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	m.publish(t, ep("g1", 0, 2, 0), "first")
+	m.publish(t, ep("g1", 0, 2, 0), "second")
+	eventually(t, 10*time.Second, "the duplicate", func() bool { return r.b.Stats().Duplicates == 1 })
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	// Well under the buffer's 30s ack wait: every message of the released group is acked at release.
+	eventually(t, 5*time.Second, "acks of both deliveries of g1-0", func() bool { return m.pending(t) == 0 })
+}
+
+func TestMalformedEpisodesAreDeadLettered(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	nan := ep("g1", 0, 2, 0)
+	nan.Reward = math.NaN()
+	noGroup := ep("g1", 1, 2, 0)
+	noGroup.GroupID = ""
+	tests := []struct {
+		name           string
+		givenData      []byte
+		expectedReason string
+	}{
+		{"not msgpack", []byte("{\"json\": true}"), proto.ErrMalformed.Error()},
+		{"NaN reward", mustMarshal(t, nan), proto.ErrBadNumber.Error()},
+		{"no group", mustMarshal(t, noGroup), proto.ErrMalformed.Error()},
+	}
+	for i, tc := range tests {
+		if _, err := bus.PublishOnce(testCtx(t), m.js, proto.SubjectEpisodes("alfworld"), "bad-"+tc.name, tc.givenData); err != nil {
+			t.Fatal(err)
+		}
+		seq := uint64(i + 1)
+		eventually(t, 10*time.Second, "the dead letter of "+tc.name, func() bool { return m.msgs(t, proto.StreamDeadLetter) == seq })
+		st, err := m.js.Stream(testCtx(t), proto.StreamDeadLetter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl, err := st.GetMsg(testCtx(t), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dl.Subject != proto.SubjectDeadLetterPrefix+"replay-buffer" || string(dl.Data) != string(tc.givenData) ||
+			dl.Header.Get(proto.HeaderDeadLetterSubject) != proto.SubjectEpisodes("alfworld") {
+			t.Fatalf("%s: dead letter on %s with headers %v", tc.name, dl.Subject, dl.Header)
+		}
+		if reason := dl.Header.Get(proto.HeaderDeadLetterReason); !strings.HasPrefix(reason, tc.expectedReason) {
+			t.Fatalf("%s: reason %q, want it to start with %q", tc.name, reason, tc.expectedReason)
+		}
+	}
+	if s := r.b.Stats(); s.DeadLettered != 3 || s.Received != 0 {
+		t.Fatalf("stats = %+v, want 3 dead-lettered, none received", s)
+	}
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch after the bad episodes", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	eventually(t, 10*time.Second, "nothing left pending", func() bool { return m.pending(t) == 0 })
+}
+
+func TestGroupTimeoutReleasesWhatArrived(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, Eta: 1, GroupTimeout: time.Second})
+	start := time.Now()
+	m.publish(t, ep("g1", 0, 3, 0), "")
+	m.publish(t, ep("g1", 1, 3, 0), "")
+	eventually(t, 10*time.Second, "the timed-out group's batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("released after %v, before the 1s group timeout", waited)
+	}
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	eventually(t, 10*time.Second, "the missing member refunded", func() bool { return m.refunded(t) == 1 })
+	if s := r.b.Stats(); s.Missing != 1 {
+		t.Fatalf("stats = %+v, want 1 missing", s)
+	}
+	// The missing member arriving late is acked and not batched.
+	m.publish(t, ep("g1", 2, 3, 0), "")
+	eventually(t, 10*time.Second, "the late member", func() bool { return r.b.Stats().Late == 1 })
+	eventually(t, 10*time.Second, "nothing left pending", func() bool { return m.pending(t) == 0 })
+	if n := m.msgs(t, proto.StreamBatches); n != 1 {
+		t.Fatalf("%d batches, want 1", n)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := codec.Marshal(v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNewValidates(t *testing.T) {
+	m := newMesh(t)
+	nc := m.conn(t)
+	tests := []struct {
+		name       string
+		givenCfg   replaybuffer.Config
+		givenConn  *nats.Conn
+		expectedOK bool
+	}{
+		{"defaults", replaybuffer.Config{}, nc, true},
+		{"shortest group timeout", replaybuffer.Config{GroupTimeout: time.Second}, nc, true},
+		{"group timeout under 1s", replaybuffer.Config{GroupTimeout: 500 * time.Millisecond}, nc, false},
+		{"negative batch size", replaybuffer.Config{BatchSize: -1}, nc, false},
+		{"negative eta", replaybuffer.Config{Eta: -1}, nc, false},
+		{"negative min group", replaybuffer.Config{MinGroup: -2}, nc, false},
+		{"no connection", replaybuffer.Config{}, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := replaybuffer.New(tc.givenCfg, replaybuffer.Deps{Conn: tc.givenConn, Log: zerolog.Nop()})
+			if (err == nil) != tc.expectedOK {
+				t.Fatalf("New error = %v, want ok %v", err, tc.expectedOK)
+			}
+		})
+	}
+}
