@@ -188,7 +188,9 @@ func valueTokens(out string) []string {
 	return toks
 }
 
-func isAlnum(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' }
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
 
 // answers are the answer candidates: values of the latest output first, then of the one before.
 func (g *game) answers() []string {

@@ -193,7 +193,7 @@ func build(rng *rand.Rand, w *world) (*game, bool) {
 	out := strings.TrimSpace(r.stdout)
 	switch q.kind {
 	case qCount, qFiles:
-		if n, err := strconv.Atoi(out); err != nil || n == 0 {
+		if _, err := strconv.Atoi(out); err != nil {
 			return nil, false
 		}
 		q.answer = out
@@ -304,7 +304,7 @@ func confValue(rng *rand.Rand, key, svc string) string {
 	case "max_connections":
 		return strconv.Itoa(10 * (1 + rng.IntN(100)))
 	case "user":
-		return []string{"www-data", "svc", "nobody", "daemon", svc}[rng.IntN(5)]
+		return []string{"www-data", "svc", "nobody", "daemon", "app"}[rng.IntN(5)]
 	case "cache_size":
 		return fmt.Sprintf("%dM", 16*(1+rng.IntN(32)))
 	}
@@ -313,25 +313,32 @@ func confValue(rng *rand.Rand, key, svc string) string {
 
 // logLines writes n log lines; each level occurs with its own frequency.
 func logLines(rng *rand.Rand, svc string, n int) string {
-	var b strings.Builder
-	h, m, s := rng.IntN(24), rng.IntN(60), rng.IntN(60)
-	day := 1 + rng.IntN(28)
+	lv := levels()
+	msgs := make([][]string, len(lv))
+	for i, l := range lv {
+		msgs[i] = messages(l)
+	}
 	weights := []int{15, 20, 45, 20} // ERROR, WARN, INFO, DEBUG
+	h, m, s := rng.IntN(24), rng.IntN(60), rng.IntN(60)
+	date := fmt.Sprintf("2024-03-%02d ", 1+rng.IntN(28))
+	b := make([]byte, 0, n*64)
+	two := func(b []byte, v int) []byte { return append(b, byte('0'+v/10), byte('0'+v%10)) }
 	for range n {
-		x, lv := rng.IntN(100), 0
-		for lv < len(weights)-1 && x >= weights[lv] {
-			x -= weights[lv]
-			lv++
+		x, k := rng.IntN(100), 0
+		for k < len(weights)-1 && x >= weights[k] {
+			x -= weights[k]
+			k++
 		}
-		level := levels()[lv]
-		msgs := messages(level)
 		s += 1 + rng.IntN(50)
 		m += s / 60
 		h += m / 60
 		s, m, h = s%60, m%60, h%24
-		fmt.Fprintf(&b, "2024-03-%02d %02d:%02d:%02d %s [%s] %s\n", day, h, m, s, level, svc, msgs[rng.IntN(len(msgs))])
+		b = append(b, date...)
+		b = append(two(append(two(append(two(b, h), ':'), m), ':'), s), ' ')
+		b = append(append(append(append(append(b, lv[k]...), " ["...), svc...), "] "...), msgs[k][rng.IntN(len(msgs[k]))]...)
+		b = append(b, '\n')
 	}
-	return b.String()
+	return string(b)
 }
 
 // buildHome writes a user's home: dotfiles, some visible files and maybe subdirectories.
@@ -370,9 +377,18 @@ func buildApp(rng *rand.Rand, f *fsys, app string, q *question) {
 	}
 	exts := []string{"txt", "log", "lst"}
 	for _, l := range ls {
+		names := pick(rng, users(), 3+rng.IntN(4))
+		counts := make([]int, len(names))
+		for i := range counts {
+			counts[i] = 1 + rng.IntN(8)
+		}
+		top := slices.Max(counts)
+		if i := slices.Index(counts, top); slices.Contains(counts[i+1:], top) {
+			counts[i]++ // one most frequent user, so the question has one answer
+		}
 		var rows []string
-		for _, u := range pick(rng, users(), 3+rng.IntN(4)) {
-			for range 1 + rng.IntN(8) {
+		for i, u := range names {
+			for range counts[i] {
 				rows = append(rows, u)
 			}
 		}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package os
+
+const raceEnabled = false
