@@ -1,0 +1,169 @@
+package rollout_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env/task/alfworld"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// A replica plays whole groups under the staleness gate: with B=8, G=4 and eta=0 it publishes exactly one
+// batch of episodes per trainer version.
+func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
+	m := newMesh(t)
+	m.startHost(t)
+	m.publishModel(t, newModel(t, 1), 0, "")
+	r, err := rollout.New(rollout.Config{Tasks: []string{alfworld.Name}, GroupSize: 4, BatchSize: 8, Eta: 0,
+		Concurrency: 8, StaleProb: 0.5, StaleEvery: 25, Seed: 1, CallTimeout: 5 * time.Second},
+		rollout.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	}
+	t.Cleanup(stop)
+
+	eventually(t, 20*time.Second, "8 episodes", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 8 })
+	// The gate is shut at 8 until the version moves: no ninth episode starts.
+	time.Sleep(300 * time.Millisecond)
+	if n := m.msgs(t, proto.StreamEpisodes); n != 8 {
+		t.Fatalf("%d episodes published at version 0 with B=8, eta=0; want 8", n)
+	}
+	if a := m.admitted(t); a.Started != 8 {
+		t.Fatalf("admission counter started %d, want 8", a.Started)
+	}
+	m.publishModel(t, newModel(t, 2), 1, "")
+	eventually(t, 20*time.Second, "16 episodes after version 1", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 16 })
+	time.Sleep(300 * time.Millisecond)
+	if n := m.msgs(t, proto.StreamEpisodes); n != 16 {
+		t.Fatalf("%d episodes published by version 1, want 16", n)
+	}
+
+	eps := m.episodes(t)
+	groups := map[string][]proto.Episode{}
+	ids := map[string]bool{}
+	stale := 0
+	for _, ep := range eps {
+		if err := ep.Validate(); err != nil {
+			t.Fatalf("episode %s: %v", ep.ID, err)
+		}
+		if ids[ep.ID] {
+			t.Fatalf("episode id %s published twice", ep.ID)
+		}
+		ids[ep.ID] = true
+		if ep.InfraFailure || ep.Task != alfworld.Name || ep.Split != proto.SplitTrain || ep.GroupSize != 4 || len(ep.Turns) == 0 {
+			t.Fatalf("episode %s = %+v", ep.ID, ep)
+		}
+		groups[ep.GroupID] = append(groups[ep.GroupID], ep)
+		for _, turn := range ep.Turns {
+			switch turn.Policy {
+			case proto.PolicyCurrent:
+				if turn.Version < ep.StartVersion || turn.Version > 1 {
+					t.Fatalf("episode %s admitted at %d has a current-policy turn by version %d", ep.ID, ep.StartVersion, turn.Version)
+				}
+			case proto.PolicyStale:
+				stale++
+				if turn.Version != 0 {
+					t.Fatalf("stale turn by version %d; the stale copy is version 0 until version 25", turn.Version)
+				}
+			default:
+				t.Fatalf("turn by policy %q", turn.Policy)
+			}
+		}
+	}
+	if len(groups) != 4 {
+		t.Fatalf("%d groups, want 4 groups of 4", len(groups))
+	}
+	perVersion := map[int64]int{}
+	for id, g := range groups {
+		if len(g) != 4 {
+			t.Fatalf("group %s has %d episodes", id, len(g))
+		}
+		for _, ep := range g[1:] {
+			if ep.Seed != g[0].Seed || ep.StartVersion != g[0].StartVersion {
+				t.Fatalf("group %s mixes instances or versions", id)
+			}
+		}
+		perVersion[g[0].StartVersion] += len(g)
+	}
+	if perVersion[0] != 8 || perVersion[1] != 8 {
+		t.Fatalf("episodes per start version = %v, want 8 at 0 and 8 at 1", perVersion)
+	}
+	if stale == 0 {
+		t.Log("no stale turn was sampled (possible if version 1 episodes were short)")
+	}
+
+	// The status endpoint reports what was published.
+	msg, err := m.nc.Request(proto.SubjectStatus("rollout"), nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status struct {
+		Status rollout.Status `json:"status"`
+	}
+	if err := json.Unmarshal(msg.Data, &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.Status.Published != 16 || status.Status.Version != 1 || status.Status.InfraFailures != 0 {
+		t.Fatalf("status = %s", msg.Data)
+	}
+	stop()
+	if r.Running() {
+		t.Fatal("still running after Run returned")
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	m := newMesh(t)
+	valid := func() rollout.Config { return rollout.Config{Tasks: []string{alfworld.Name}} }
+	tests := []struct {
+		name       string
+		givenEdit  func(c *rollout.Config)
+		givenConn  *nats.Conn
+		expectedOK bool
+	}{
+		{"defaults", func(*rollout.Config) {}, m.nc, true},
+		{"no tasks", func(c *rollout.Config) { c.Tasks = nil }, m.nc, false},
+		{"batch not a multiple of the group", func(c *rollout.Config) { c.GroupSize, c.BatchSize = 8, 12 }, m.nc, false},
+		{"batch smaller than the group", func(c *rollout.Config) { c.GroupSize, c.BatchSize = 8, 4 }, m.nc, false},
+		{"negative eta", func(c *rollout.Config) { c.Eta = -1 }, m.nc, false},
+		{"stale probability 1", func(c *rollout.Config) { c.StaleProb = 1 }, m.nc, false},
+		{"negative stale probability", func(c *rollout.Config) { c.StaleProb = -0.1 }, m.nc, false},
+		{"paper's stale probability", func(c *rollout.Config) { c.StaleProb = 0.25 }, m.nc, true},
+		{"negative concurrency", func(c *rollout.Config) { c.Concurrency = -1 }, m.nc, false},
+		{"no connection", func(*rollout.Config) {}, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.givenEdit(&c)
+			_, err := rollout.New(c, rollout.Deps{Conn: tc.givenConn, Log: zerolog.Nop()})
+			if (err == nil) != tc.expectedOK {
+				t.Fatalf("New error = %v, want ok %v", err, tc.expectedOK)
+			}
+		})
+	}
+}

@@ -1,0 +1,221 @@
+package rollout_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/rs/zerolog"
+)
+
+var sampleInput = policy.Input{
+	Task:        "alfworld",
+	Instruction: "Your task is to: put a apple in fridge 1.",
+	Observation: "You are in the middle of a room. Looking quickly around you, you see a countertop 1 and a fridge 1.",
+	Candidates:  []string{"take_action go to countertop 1", "take_action go to fridge 1", "take_action look", "take_action inventory"},
+}
+
+// The stale copy is the current policy as it was at the last multiple of StaleEvery versions.
+func TestWeightsPoolRefreshesStaleCopyEveryStaleEvery(t *testing.T) {
+	tests := []struct {
+		name                  string
+		givenStaleEvery       int64
+		givenVersions         []int64
+		expectedStaleVersions []int64 // after each Set
+	}{
+		{"every 3", 3, []int64{0, 1, 2, 3, 4, 5, 6, 7}, []int64{0, 0, 0, 3, 3, 3, 6, 6}},
+		{"every 25, as the paper", 25, []int64{0, 1, 24, 25, 26, 49, 50}, []int64{0, 0, 0, 25, 25, 25, 50}},
+		{"versions skipped", 3, []int64{0, 2, 7, 8, 9}, []int64{0, 0, 7, 7, 9}},
+		{"restart mid-period", 3, []int64{4, 5, 6}, []int64{4, 4, 6}},
+		{"every version (StaleEvery 0)", 0, []int64{0, 1, 2}, []int64{0, 1, 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// StaleProb 1: every turn that can use the stale copy does, so Act reveals its version.
+			pool := rollout.NewWeightsPool(tc.givenStaleEvery, 1, false, 1)
+			m := newModel(t, 1)
+			for i, v := range tc.givenVersions {
+				pool.Set(m, v)
+				if pool.Version() != v {
+					t.Fatalf("Version() = %d after Set(%d)", pool.Version(), v)
+				}
+				act, err := pool.Act(context.Background(), sampleInput)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, wantPolicy := tc.expectedStaleVersions[i], proto.PolicyStale
+				if want == v {
+					wantPolicy = proto.PolicyCurrent // the stale copy is the current policy: it is named current
+				}
+				if act.Version != want || act.Policy != wantPolicy {
+					t.Fatalf("after Set(%d): turn by %s version %d, want %s version %d", v, act.Policy, act.Version, wantPolicy, want)
+				}
+			}
+		})
+	}
+}
+
+// Each turn records the policy that produced it, that policy's version, and its log-probability.
+func TestWeightsPoolActRecordsPolicyAndVersion(t *testing.T) {
+	old, cur := newModel(t, 1), newModel(t, 2)
+	pool := rollout.NewWeightsPool(10, 0.25, false, 7)
+	if _, err := pool.Act(context.Background(), sampleInput); err == nil {
+		t.Fatal("Act before any policy was loaded succeeded")
+	}
+	if pool.Version() != -1 {
+		t.Fatalf("Version() = %d before any load, want -1", pool.Version())
+	}
+	pool.Set(old, 10)
+	pool.Set(cur, 11)
+	counts := map[string]int{}
+	const n = 2000
+	for range n {
+		act, err := pool.Act(context.Background(), sampleInput)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if act.Choice < 0 || act.Choice >= len(sampleInput.Candidates) || act.LogProb > 0 {
+			t.Fatalf("action %+v", act)
+		}
+		var m *policy.Model
+		switch {
+		case act.Policy == proto.PolicyCurrent && act.Version == 11:
+			m = cur
+		case act.Policy == proto.PolicyStale && act.Version == 10:
+			m = old
+		default:
+			t.Fatalf("turn by %s version %d; want current 11 or stale 10", act.Policy, act.Version)
+		}
+		if want := m.LogProb(sampleInput, act.Choice); math.Abs(act.LogProb-want) > 1e-9 {
+			t.Fatalf("%s turn log-prob %v, want that policy's %v", act.Policy, act.LogProb, want)
+		}
+		counts[act.Policy]++
+	}
+	if frac := float64(counts[proto.PolicyStale]) / n; frac < 0.2 || frac > 0.3 {
+		t.Fatalf("stale fraction %.3f, want about 0.25 (counts %v)", frac, counts)
+	}
+}
+
+func TestWeightsPoolGreedy(t *testing.T) {
+	m := newModel(t, 3)
+	pool := rollout.NewWeightsPool(10, 0.9, true, 1)
+	pool.Set(newModel(t, 4), 0)
+	pool.Set(m, 1)
+	probs := m.Probs(sampleInput)
+	best := 0
+	for i, p := range probs {
+		if p > probs[best] {
+			best = i
+		}
+	}
+	for range 20 {
+		act, err := pool.Act(context.Background(), sampleInput)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if act.Choice != best || act.Policy != proto.PolicyCurrent || act.Version != 1 || math.Abs(act.LogProb-math.Log(probs[best])) > 1e-9 {
+			t.Fatalf("greedy action %+v, want candidate %d of the current policy with log-prob %v", act, best, math.Log(probs[best]))
+		}
+	}
+}
+
+func TestWeightsSourceLoadsAndVerifies(t *testing.T) {
+	m := newMesh(t)
+	ctx := testCtx(t)
+	src, err := rollout.NewWeightsSource(ctx, m.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := src.Current(ctx); ok || err != nil {
+		t.Fatalf("Current before any version: ok %v, err %v", ok, err)
+	}
+	pm := newModel(t, 9)
+	rec := m.publishModel(t, pm, 0, "")
+	got, ok, err := src.Current(ctx)
+	if err != nil || !ok || got.Version != 0 || got.SHA256 != rec.SHA256 {
+		t.Fatalf("Current = %+v, %v, %v", got, ok, err)
+	}
+	loaded, err := src.Load(ctx, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(loaded.Weights, pm.Weights) {
+		t.Fatal("loaded weights differ from the published ones")
+	}
+	bad := rec
+	bad.SHA256 = strings.Repeat("0", 64)
+	if _, err := src.Load(ctx, bad); err == nil || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("Load with a wrong checksum: %v", err)
+	}
+	missing := rec
+	missing.Object = proto.WeightsObject(99)
+	if _, err := src.Load(ctx, missing); err == nil {
+		t.Fatal("Load of a missing object succeeded")
+	}
+}
+
+func TestWeightsSourceWatchFollowsNewVersions(t *testing.T) {
+	m := newMesh(t)
+	src, err := rollout.NewWeightsSource(testCtx(t), m.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := rollout.NewWeightsPool(25, 0, false, 1)
+	var mu sync.Mutex
+	var loads []int64
+	loaded := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(loads)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Watch(ctx, m.js, pool, zerolog.Nop(), func(v int64) {
+			mu.Lock()
+			loads = append(loads, v)
+			mu.Unlock()
+		})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Watch returned %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Watch did not return after cancel")
+		}
+	}()
+	m0, m1, m3 := newModel(t, 10), newModel(t, 11), newModel(t, 13)
+	m.publishModel(t, m0, 0, "")
+	eventually(t, 10*time.Second, "version 0", func() bool { return pool.Version() == 0 })
+	m.publishModel(t, m1, 1, "")
+	eventually(t, 10*time.Second, "version 1", func() bool { return pool.Version() == 1 })
+	// Weights that do not match their record are not loaded.
+	m.publishModel(t, newModel(t, 12), 2, strings.Repeat("f", 64))
+	m.publishModel(t, m3, 3, "")
+	eventually(t, 10*time.Second, "version 3", func() bool { return pool.Version() == 3 })
+	// An older record (a trainer restarted from an old checkpoint, a replayed watch) never goes back.
+	m.publishModel(t, m0, 0, "")
+	m.publishModel(t, newModel(t, 14), 4, "")
+	eventually(t, 10*time.Second, "version 4", func() bool { return pool.Version() == 4 })
+	if got := loaded(); !slices.Equal(got, []int64{0, 1, 3, 4}) {
+		t.Fatalf("loaded versions %v, want [0 1 3 4]", got)
+	}
+	act, err := pool.Act(context.Background(), sampleInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if act.Version != 4 {
+		t.Fatalf("act by version %d, want 4", act.Version)
+	}
+}
