@@ -16,6 +16,68 @@ type Objective struct {
 	DualClip float64
 	// EntropyCoef weighs an entropy bonus (0: off).
 	EntropyCoef float64
+	// KLCoef weighs the KL penalty to the frozen reference policy (low-variance k3 estimator; 0: off).
+	KLCoef float64
+	// Correction selects how stale (off-policy) turns are corrected: CorrectionNone, CorrectionDecoupled
+	// or CorrectionTruncated.
+	Correction string
+	// ISCap truncates the behaviour importance weight under CorrectionTruncated.
+	ISCap float64
+}
+
+// Off-policy corrections.
+const (
+	// CorrectionNone clips the ratio against the behaviour policy (plain PPO).
+	CorrectionNone = "none"
+	// CorrectionDecoupled is AReaL's decoupled objective: clip against the proximal policy (the trainer's
+	// weights before this batch) and weight each turn by π_prox/π_behav.
+	CorrectionDecoupled = "decoupled"
+	// CorrectionTruncated is the decoupled objective with the weight truncated at ISCap.
+	CorrectionTruncated = "truncated"
+)
+
+// maxISWeight keeps an untruncated importance weight finite when the behaviour policy was far off.
+const maxISWeight = 100.0
+
+// Validate explains what is wrong with the objective.
+func (o Objective) Validate() error {
+	switch {
+	case o.Clip <= 0 || o.Clip >= 1:
+		return fmt.Errorf("trainer: clip %v must be in (0, 1)", o.Clip)
+	case o.DualClip != 0 && o.DualClip <= 1:
+		return fmt.Errorf("trainer: dual clip %v must be > 1 (or 0: off)", o.DualClip)
+	case o.KLCoef < 0 || o.EntropyCoef < 0:
+		return fmt.Errorf("trainer: kl coef %v and entropy coef %v must be >= 0", o.KLCoef, o.EntropyCoef)
+	case o.Correction != "" && o.Correction != CorrectionNone && o.Correction != CorrectionDecoupled && o.Correction != CorrectionTruncated:
+		return fmt.Errorf("trainer: correction %q: want %q, %q or %q", o.Correction, CorrectionNone, CorrectionDecoupled, CorrectionTruncated)
+	case o.Correction == CorrectionTruncated && o.ISCap < 1:
+		return fmt.Errorf("trainer: importance weight cap %v must be >= 1", o.ISCap)
+	}
+	return nil
+}
+
+// TurnLoss is the objective of one turn with the configured correction and KL penalty, and its derivative
+// with respect to the current log-probability: logp (current), behav (the policy that acted), prox (the
+// trainer's policy before this batch) and ref (the frozen reference; ignored when KLCoef is 0).
+func (o Objective) TurnLoss(logp, behav, prox, ref, adv float64) (obj, dObjdLogp float64, clipped bool) {
+	switch o.Correction {
+	case CorrectionDecoupled, CorrectionTruncated:
+		w := math.Min(math.Exp(prox-behav), maxISWeight)
+		if o.Correction == CorrectionTruncated {
+			w = math.Min(w, o.ISCap)
+		}
+		obj, dObjdLogp, clipped = o.TurnObjective(logp, prox, adv)
+		obj, dObjdLogp = w*obj, w*dObjdLogp
+	default:
+		obj, dObjdLogp, clipped = o.TurnObjective(logp, behav, adv)
+	}
+	if o.KLCoef > 0 {
+		// k3 = e^δ − δ − 1 with δ = ref − logp: unbiased, non-negative, low variance.
+		d := ref - logp
+		obj -= o.KLCoef * (math.Exp(d) - d - 1)
+		dObjdLogp -= o.KLCoef * (1 - math.Exp(d))
+	}
+	return obj, dObjdLogp, clipped
 }
 
 // TurnObjective is PPO's clipped surrogate of one turn with dual clip, and its derivative with respect to
@@ -43,8 +105,9 @@ type StepStats struct {
 }
 
 // accumulate adds the gradient of the token-mean loss −(1/T)·Σ obj (− entropy bonus) over the batch's turns
-// into grad and returns the loss.
-func (o Objective) accumulate(m *policy.Model, eps []proto.TrainEpisode, grad []float64) (StepStats, error) {
+// into grad and returns the loss. prox holds each turn's log-probability under the trainer's policy before
+// this batch (as ProxLogProbs returns); ref is the frozen reference (nil when KLCoef is 0).
+func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, prox [][]float64, grad []float64) (StepStats, error) {
 	var st StepStats
 	for i := range eps {
 		st.Turns += len(eps[i].Episode.Turns)
@@ -66,7 +129,11 @@ func (o Objective) accumulate(m *policy.Model, eps []proto.TrainEpisode, grad []
 				return st, fmt.Errorf("%w: episode %s turn %d advantage %v", proto.ErrBadNumber, te.Episode.ID, t, adv)
 			}
 			logp := m.LogProb(inputs[t], turn.Chosen)
-			obj, d, wasClipped := o.TurnObjective(logp, turn.LogProb, adv)
+			var logpRef float64
+			if ref != nil && o.KLCoef > 0 {
+				logpRef = ref.LogProb(inputs[t], turn.Chosen)
+			}
+			obj, d, wasClipped := o.TurnLoss(logp, turn.LogProb, prox[i][t], logpRef, adv)
 			if wasClipped {
 				clipped++
 			}
@@ -81,4 +148,17 @@ func (o Objective) accumulate(m *policy.Model, eps []proto.TrainEpisode, grad []
 	}
 	st.ClipFraction = float64(clipped) / float64(st.Turns)
 	return st, nil
+}
+
+// ProxLogProbs returns each turn's log-probability under m (the proximal policy of the decoupled objective).
+func ProxLogProbs(m *policy.Model, eps []proto.TrainEpisode) [][]float64 {
+	out := make([][]float64, len(eps))
+	for i := range eps {
+		inputs := policy.InputsFromEpisode(&eps[i].Episode)
+		out[i] = make([]float64, len(inputs))
+		for t, in := range inputs {
+			out[i][t] = m.LogProb(in, eps[i].Episode.Turns[t].Chosen)
+		}
+	}
+	return out
 }

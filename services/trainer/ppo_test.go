@@ -99,7 +99,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 	}
 	for _, o := range []Objective{{Clip: 0.2, DualClip: 3}, {Clip: 0.2, DualClip: 3, EntropyCoef: 0.05}} {
 		grad := make([]float64, m.NumParams())
-		st, err := o.accumulate(m, eps, grad)
+		st, err := o.accumulate(m, nil, eps, ProxLogProbs(m, eps), grad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 			t.Fatal("zero gradient")
 		}
 		loss := func() float64 {
-			st, err := o.accumulate(m, eps, make([]float64, m.NumParams()))
+			st, err := o.accumulate(m, nil, eps, ProxLogProbs(m, eps), make([]float64, m.NumParams()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestAccumulateRefusesBadAdvantages(t *testing.T) {
 		given    proto.TrainEpisode
 		expected error
 	}{{nan, proto.ErrBadNumber}, {short, proto.ErrMalformed}, {inf, proto.ErrBadNumber}} {
-		if _, err := o.accumulate(m, []proto.TrainEpisode{tc.given}, make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
+		if _, err := o.accumulate(m, nil, []proto.TrainEpisode{tc.given}, ProxLogProbs(m, []proto.TrainEpisode{tc.given}), make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
 			t.Errorf("episode %s: error %v, want %v", tc.given.Episode.ID, err, tc.expected)
 		}
 	}

@@ -47,7 +47,7 @@ type Config struct {
 
 // DefaultConfig is the paper's objective with this model's defaults.
 func DefaultConfig() Config {
-	return Config{Loss: Objective{Clip: 0.2, DualClip: 3.0}, Epochs: 2, Eta: 2}
+	return Config{Loss: Objective{Clip: 0.2, DualClip: 3.0, Correction: CorrectionNone, ISCap: 2}, Epochs: 2, Eta: 2}
 }
 
 // Validate explains what is wrong with a configuration.
@@ -56,11 +56,8 @@ func (c *Config) Validate() error {
 	if err := c.Model.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Loss.Clip <= 0 || c.Loss.Clip >= 1 {
-		errs = append(errs, fmt.Errorf("trainer: clip %v must be in (0, 1)", c.Loss.Clip))
-	}
-	if c.Loss.DualClip != 0 && c.Loss.DualClip <= 1 {
-		errs = append(errs, fmt.Errorf("trainer: dual clip %v must be > 1 (or 0: off)", c.Loss.DualClip))
+	if err := c.Loss.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Epochs < 1 {
 		errs = append(errs, fmt.Errorf("trainer: epochs %d must be at least 1", c.Epochs))
@@ -84,6 +81,7 @@ type checkpoint struct {
 	Version         int64    `msgpack:"version"`
 	Model           []byte   `msgpack:"model"`
 	Adam            []byte   `msgpack:"adam"`
+	Reference       []byte   `msgpack:"reference,omitempty"`
 	LastBatchID     string   `msgpack:"last_batch_id"`
 	Groups          []string `msgpack:"groups"`
 	EpisodesTrained int64    `msgpack:"episodes_trained"`
@@ -99,6 +97,7 @@ type Trainer struct {
 	running atomic.Bool
 
 	model  *policy.Model
+	ref    *policy.Model // frozen reference of the KL penalty (nil when it is off)
 	adam   *policy.Adam
 	grad   []float64
 	cp     checkpoint
@@ -250,6 +249,12 @@ func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) er
 		t.adam = policy.NewAdam(t.model.NumParams(), t.cfg.Adam)
 		t.cp = checkpoint{Schema: proto.SchemaVersion}
 		t.grad = make([]float64, t.model.NumParams())
+		if t.cfg.Loss.KLCoef > 0 {
+			t.ref = t.model.Clone()
+			if t.cp.Reference, err = t.ref.MarshalBinary(); err != nil {
+				return err
+			}
+		}
 		return t.saveCheckpoint(ctx, st)
 	}
 	if err != nil {
@@ -267,6 +272,14 @@ func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) er
 		return fmt.Errorf("checkpoint optimizer: %w", err)
 	}
 	t.cp = cp
+	if t.cfg.Loss.KLCoef > 0 {
+		if len(cp.Reference) == 0 {
+			return errors.New("checkpoint has no reference policy, but the KL penalty is on: start a fresh run or turn it off")
+		}
+		if t.ref, err = policy.Load(cp.Reference); err != nil {
+			return fmt.Errorf("checkpoint reference: %w", err)
+		}
+	}
 	for _, g := range cp.Groups {
 		t.groups[g] = struct{}{}
 	}
@@ -479,9 +492,10 @@ func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, dups
 // update runs the configured epochs of full-batch PPO updates.
 func (t *Trainer) update(eps []proto.TrainEpisode) (StepStats, error) {
 	var first StepStats
+	prox := ProxLogProbs(t.model, eps) // the policy before this batch: the decoupled objective's proximal policy
 	for e := 0; e < t.cfg.Epochs; e++ {
 		clear(t.grad)
-		ss, err := t.cfg.Loss.accumulate(t.model, eps, t.grad)
+		ss, err := t.cfg.Loss.accumulate(t.model, t.ref, eps, prox, t.grad)
 		if err != nil {
 			return ss, err
 		}
