@@ -62,7 +62,22 @@ type catalog struct {
 	byCat    [][]int
 	byID     map[string]int // lowercased id → product
 	index    *bm25
+	wants    map[string]want // by wantKey: every one- and two-attribute goal a product can give rise to
 }
+
+// want is what a goal of one category and some of its attributes implies, computed once for the catalogue.
+type want struct {
+	query      string     // the attributes and the noun, the search the goal's words suggest
+	satisfying []int      // the category's products with every one of the attributes
+	maxCents   int        // the dearest of them
+	common     [][]string // per dim, the values all of them offer
+	// fair: the query shows a fitting product on its first page, and some dim has a value all fitting
+	// products offer, so that any fitting product the agent opens can be bought exactly right.
+	fair bool
+}
+
+// wantKey identifies a category noun and attributes (in category order).
+func wantKey(noun string, attrs []string) string { return noun + "|" + strings.Join(attrs, " ") }
 
 func colorDim(values ...string) optionDim {
 	return optionDim{name: "color", values: values, min: len(values) - 2, max: len(values)}
@@ -158,7 +173,46 @@ func newCatalog() *catalog {
 		docs[i] = append(words(p.title), p.attrs...) // title and attributes, as WebShop indexes both
 	}
 	c.index = newBM25(docs)
+	c.wants = map[string]want{}
+	for _, p := range c.products {
+		for i, a := range p.attrs {
+			c.addWant(p.cat, []string{a})
+			for _, b := range p.attrs[i+1:] {
+				c.addWant(p.cat, []string{a, b})
+			}
+		}
+	}
 	return c
+}
+
+// addWant computes the want of category ci and attrs, unless known.
+func (c *catalog) addWant(ci int, attrs []string) {
+	cat := &c.cats[ci]
+	key := wantKey(cat.noun, attrs)
+	if _, ok := c.wants[key]; ok {
+		return
+	}
+	w := want{query: strings.Join(attrs, " ") + " " + cat.noun, common: make([][]string, len(cat.dims))}
+	for _, q := range c.byCat[ci] {
+		if c.products[q].has(attrs) {
+			w.satisfying = append(w.satisfying, q)
+			w.maxCents = max(w.maxCents, c.products[q].cents)
+		}
+	}
+	anyCommon := false
+	for d, dim := range cat.dims {
+		for _, v := range dim.values {
+			if !slices.ContainsFunc(w.satisfying, func(q int) bool { return !c.products[q].offersValue(d, v) }) {
+				w.common[d] = append(w.common[d], v)
+				anyCommon = true
+			}
+		}
+	}
+	first := c.search(w.query)
+	w.fair = anyCommon && slices.ContainsFunc(first[:min(len(first), resultsPageSize)], func(q int) bool {
+		return slices.Contains(w.satisfying, q)
+	})
+	c.wants[key] = w
 }
 
 // attrCombos lists the index sets of two and three of n attributes, in lexicographic order.

@@ -263,7 +263,7 @@ func (g *game) selection(prefix string) string {
 }
 
 // admissible lists the calls that do something now: the search candidates on the search page, the items
-// and page links on a results page, the option values and links on an item page.
+// and page links on a results page, the option values not yet selected and the links on an item page.
 func (g *game) admissible() []proto.ToolCall {
 	if g.done {
 		return nil
@@ -286,9 +286,11 @@ func (g *game) admissible() []proto.ToolCall {
 		}
 		out = append(out, clickOf(linkBack))
 	case pageItem:
-		for _, vs := range g.cat.products[g.item].offers {
+		for d, vs := range g.cat.products[g.item].offers {
 			for _, v := range vs {
-				out = append(out, clickOf(v))
+				if v != g.chosen[d] { // selecting the selected value again does nothing
+					out = append(out, clickOf(v))
+				}
 			}
 		}
 		out = append(out, clickOf(linkBuyNow), clickOf(linkPrev), clickOf(linkBack))

@@ -71,8 +71,8 @@ func generate(c *catalog, split string, seed uint64) (*game, error) {
 }
 
 // drawGoal picks a target product, one or two of its attributes, one or two options every product with
-// those attributes offers, and a price limit above all their prices; ok is false when the goal would be
-// unfair (no common option, or the goal's own query does not show a fitting product on its first page).
+// those attributes offers, and a price limit above all their prices; ok is false when the attributes make
+// an unfair goal (see want).
 func drawGoal(c *catalog, rng *rand.Rand) (goal, bool) {
 	t := rng.IntN(len(c.products))
 	p := &c.products[t]
@@ -82,30 +82,16 @@ func drawGoal(c *catalog, rng *rand.Rand) (goal, bool) {
 	for _, k := range pick {
 		gl.attrs = append(gl.attrs, p.attrs[k])
 	}
-	maxCents := 0
-	for _, q := range c.byCat[p.cat] {
-		if c.products[q].has(gl.attrs) {
-			gl.satisfying = append(gl.satisfying, q)
-			maxCents = max(maxCents, c.products[q].cents)
-		}
-	}
-	// Options every fitting product offers, so any fitting item on a results page can be bought right.
-	var usable []goalOption
-	var common [][]string
-	for d := range c.cats[p.cat].dims {
-		var vs []string
-		for _, v := range p.offers[d] {
-			if !slices.ContainsFunc(gl.satisfying, func(q int) bool { return !c.products[q].offersValue(d, v) }) {
-				vs = append(vs, v)
-			}
-		}
-		if len(vs) > 0 {
-			usable = append(usable, goalOption{dim: d})
-			common = append(common, vs)
-		}
-	}
-	if len(usable) == 0 {
+	w := c.wants[wantKey(c.cats[p.cat].noun, gl.attrs)]
+	if !w.fair {
 		return goal{}, false
+	}
+	gl.satisfying, gl.query = w.satisfying, w.query
+	var usable []int
+	for d, vs := range w.common {
+		if len(vs) > 0 {
+			usable = append(usable, d)
+		}
 	}
 	n := len(usable)
 	if n > 1 && rng.IntN(4) == 0 {
@@ -114,14 +100,10 @@ func drawGoal(c *catalog, rng *rand.Rand) (goal, bool) {
 	dims := rng.Perm(len(usable))[:n]
 	slices.Sort(dims)
 	for _, k := range dims {
-		gl.opts = append(gl.opts, goalOption{dim: usable[k].dim, value: common[k][rng.IntN(len(common[k]))]})
+		vs := w.common[usable[k]]
+		gl.opts = append(gl.opts, goalOption{dim: usable[k], value: vs[rng.IntN(len(vs))]})
 	}
-	gl.limit = priceLimit(rng, maxCents)
-	gl.query = strings.Join(gl.attrs, " ") + " " + c.cats[p.cat].noun
-	first := c.search(gl.query)
-	if !slices.ContainsFunc(first[:min(len(first), resultsPageSize)], gl.fits) {
-		return goal{}, false
-	}
+	gl.limit = priceLimit(rng, w.maxCents)
 	gl.instruction = instruction(c, gl, rng)
 	return gl, true
 }

@@ -14,8 +14,10 @@ func TestConformance(t *testing.T) {
 		FractionalReward:      true,
 		InadmissibleMarker:    "not admissible",
 		SolverCallsAdmissible: true,
-		MaxRandomSuccess:      0.15,
-		MaxRandomMeanReward:   0.3,
+		MinDistinct:           1900, // of 2000 seeds; measured 1987 train, 1959 held-out
+		MinSolverCalls:        4,    // measured 4.38: search, click, one or two options, buy
+		MaxRandomSuccess:      0.15, // measured 0.010
+		MaxRandomMeanReward:   0.3,  // measured 0.154
 		// A search changes the page, so the inadmissible probe clicks a link the search page lacks.
 		BadArgument: func(task.Opening) (proto.ToolCall, bool) {
 			return proto.ToolCall{Name: webshop.ClickTool, Arguments: `{"target":"take zorkmid 9 from nowhere 42"}`}, true
