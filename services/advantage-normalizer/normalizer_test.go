@@ -252,9 +252,10 @@ func TestMalformedBatchIsDeadLettered(t *testing.T) {
 	if tb := f.trainBatch(t, 1); tb.ID != "b-1" {
 		t.Fatalf("train batch id %s, want b-1", tb.ID)
 	}
-	if got := counter(t, f.reg, "jetrl_normalizer_batches_total", "outcome", "published"); got != 1 {
-		t.Fatalf("published counter = %v, want 1", got)
-	}
+	// The counters move once the batch is acked, just after its train batch is stored.
+	eventually(t, 5*time.Second, "the published counter", func() bool {
+		return counter(t, f.reg, "jetrl_normalizer_batches_total", "outcome", "published") == 1 && f.n.Stats().Batches == 1
+	})
 
 	// The status endpoint reports the same counters.
 	msg, err := f.nc.Request(proto.SubjectStatus("advantage-normalizer"), nil, 5*time.Second)

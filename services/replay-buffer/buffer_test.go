@@ -333,9 +333,11 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 		t.Fatalf("batch trainer version %d, want 5", b.TrainerVersion)
 	}
 	eventually(t, 10*time.Second, "the stale member refunded", func() bool { return m.refunded(t) == 3 })
-	if s := r.b.Stats(); s.DroppedStale != 3 || s.MaxStaleness != 1 {
-		t.Fatalf("stats = %+v, want 3 stale dropped, max staleness 1", s)
-	}
+	// Counted just after the refund.
+	eventually(t, 5*time.Second, "3 stale dropped, max staleness 1", func() bool {
+		s := r.b.Stats()
+		return s.DroppedStale == 3 && s.MaxStaleness == 1
+	})
 }
 
 // Staleness is judged when a batch is released: a group that waited while the trainer moved on goes.
@@ -479,9 +481,7 @@ func TestGroupTimeoutReleasesWhatArrived(t *testing.T) {
 		t.Fatalf("batch holds %v", got)
 	}
 	eventually(t, 10*time.Second, "the missing member refunded", func() bool { return m.refunded(t) == 1 })
-	if s := r.b.Stats(); s.Missing != 1 {
-		t.Fatalf("stats = %+v, want 1 missing", s)
-	}
+	eventually(t, 5*time.Second, "1 missing counted", func() bool { return r.b.Stats().Missing == 1 })
 	// The missing member arriving late is acked and not batched.
 	m.publish(t, ep("g1", 2, 3, 0), "")
 	eventually(t, 10*time.Second, "the late member", func() bool { return r.b.Stats().Late == 1 })

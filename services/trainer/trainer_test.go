@@ -252,6 +252,8 @@ func TestApplyRedeliverResume(t *testing.T) {
 	tb1 := proto.TrainBatch{ID: "tb-1", Episodes: group(v0, "g1", 0), TrainerVersion: 0}
 	m.publishBatch(t, "tb-1", tb1)
 	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
+	// The step event and the counters follow the version record.
+	eventually(t, 10*time.Second, "the batch to be counted", func() bool { return r.tr.Stats().Batches == 1 })
 	rec1, w1 := m.current(t)
 	if rec1.BatchID != "tb-1" || rec1.EpisodesTrained != 2 {
 		t.Fatalf("version 1 record = %+v", rec1)
