@@ -307,7 +307,9 @@ func callOf(tool string, kv ...string) proto.ToolCall {
 
 // admissible lists the calls that make sense now: get_relations on the question's entities and the
 // latest variables, get_neighbors along relations get_relations revealed, intersections of the latest
-// variables, attributes, extremes along revealed attributes, counts, and answers.
+// variables, and on the latest variables of the type the question asks about: attributes and extremes
+// along revealed attributes if it asks for a highest or lowest, counts if it asks how many, and answers
+// (a number for "how many").
 func (gm *game) admissible() []proto.ToolCall {
 	var out []proto.ToolCall
 	add := func(c proto.ToolCall) {
@@ -324,7 +326,7 @@ func (gm *game) admissible() []proto.ToolCall {
 	for k := first; k < len(gm.vars); k++ {
 		if !gm.vars[k].isNum {
 			sets = append(sets, k)
-			refs = append(refs, "#"+strconv.Itoa(k))
+			refs = append(refs, label(k))
 		}
 	}
 	for _, r := range refs {
@@ -338,26 +340,34 @@ func (gm *game) admissible() []proto.ToolCall {
 	for i, a := range sets {
 		for _, b := range sets[i+1:] {
 			if gm.vars[a].typ == gm.vars[b].typ {
-				add(callOf(toolIntersection, "variable1", "#"+strconv.Itoa(a), "variable2", "#"+strconv.Itoa(b)))
+				add(callOf(toolIntersection, "variable1", label(a), "variable2", label(b)))
 			}
 		}
 	}
 	for _, k := range sets {
-		label := "#" + strconv.Itoa(k)
-		if len(gm.vars[k].set) == 0 {
+		if len(gm.vars[k].set) == 0 || gm.vars[k].typ != gm.q.typ {
 			continue
 		}
-		add(callOf(toolGetAttributes, "variable", label))
-		if gm.attrs[label] {
+		if gm.q.asksExtreme {
+			add(callOf(toolGetAttributes, "variable", label(k)))
+		}
+		if gm.q.asksExtreme && gm.attrs[label(k)] {
 			for _, a := range gm.s.attrsOf[gm.vars[k].typ] {
-				add(callOf(toolArgmax, "variable", label, "attribute", a.name))
-				add(callOf(toolArgmin, "variable", label, "attribute", a.name))
+				add(callOf(toolArgmax, "variable", label(k), "attribute", a.name))
+				add(callOf(toolArgmin, "variable", label(k), "attribute", a.name))
 			}
 		}
-		add(callOf(toolCount, "variable", label))
+		if gm.q.asksCount {
+			add(callOf(toolCount, "variable", label(k)))
+		}
 	}
 	for k := first; k < len(gm.vars); k++ {
-		add(callOf(toolAnswer, "variable", "#"+strconv.Itoa(k)))
+		if v := gm.vars[k]; v.isNum == gm.q.asksCount && (v.isNum || v.typ == gm.q.typ) {
+			add(callOf(toolAnswer, "variable", label(k)))
+		}
 	}
 	return out
 }
+
+// label names variable k in calls and observations.
+func label(k int) string { return "#" + strconv.Itoa(k) }

@@ -13,22 +13,22 @@ import (
 
 // Generation bounds.
 const (
-	maxAttempts     = 1_000
-	questionsPerKB  = 20
-	heldoutModulus  = 5
-	extremeMinSize  = 2 // argmax and argmin pick among at least this many entities
+	maxAttempts    = 1_000
+	questionsPerKB = 20
+	heldoutModulus = 5
+	extremeMinSize = 2 // argmax and argmin pick among at least this many entities
 )
 
 // shape is a kind of question: the program that answers it.
 type shape int
 
 const (
-	chain2    shape = iota // two hops
-	chain3                 // three hops
-	both                   // one hop from each of two entities, intersected
-	extreme1               // one hop, then argmax or argmin
-	extreme2               // two hops, then argmax or argmin
-	count2                 // two hops, then count
+	chain2   shape = iota // two hops
+	chain3                // three hops
+	both                  // one hop from each of two entities, intersected
+	extreme1              // one hop, then argmax or argmin
+	extreme2              // two hops, then argmax or argmin
+	count2                // two hops, then count
 	numShapes
 )
 
@@ -80,10 +80,11 @@ func splitKey(instruction string) uint64 {
 func generate(s *schema, split string, seed uint64) (*game, error) {
 	rng := rand.New(rand.NewPCG(seed, splitStream(split)))
 	wantHeldout := split == proto.SplitHeldout
+	sh := shape(rng.IntN(int(numShapes))) // drawn first, so every shape is equally common
 	for range maxAttempts {
 		g := drawGraph(s, rng)
 		for range questionsPerKB {
-			q, ok := drawQuestion(g, rng)
+			q, ok := drawQuestion(g, rng, sh)
 			if !ok {
 				continue
 			}
@@ -182,6 +183,10 @@ type question struct {
 	instruction string
 	entities    []int
 	program     []step
+	// The question says what it asks for: how many (a number) of some type, the entity of some type with
+	// the highest or lowest value, or entities of some type.
+	asksCount, asksExtreme bool
+	typ                    string
 }
 
 // mention names an entity in a question.
@@ -239,9 +244,8 @@ func chainProgram(e int, rels []string) []step {
 	return prog
 }
 
-// drawQuestion draws a question of a random shape; ok is false when this graph cannot host the draw.
-func drawQuestion(g *graph, rng *rand.Rand) (question, bool) {
-	sh := shape(rng.IntN(int(numShapes)))
+// drawQuestion draws a question of shape sh; ok is false when this draw does not make a fair question.
+func drawQuestion(g *graph, rng *rand.Rand, sh shape) (question, bool) {
 	q := question{shape: sh}
 	var vals []value
 	var text string
@@ -257,11 +261,14 @@ func drawQuestion(g *graph, rng *rand.Rand) (question, bool) {
 		}
 		q.entities, q.program, vals = []int{e}, chainProgram(e, rels), vs
 		if sh == count2 {
+			if g.countShortcut(e, rels, vs) {
+				return q, false
+			}
 			q.program = append(q.program, step{op: opCount, a: operand{id: n - 1}})
 			vals = append(vals, value{isNum: true, num: len(vs[n-1].set)})
-			text = fmt.Sprintf("how many entities are %s?", g.phrase(e, rels))
+			text = fmt.Sprintf("how many %s are %s?", plural(vs[n-1].typ), g.phrase(e, rels))
 		} else {
-			text = fmt.Sprintf("what is %s?", g.phrase(e, rels))
+			text = fmt.Sprintf("which %s are %s?", plural(vs[n-1].typ), g.phrase(e, rels))
 		}
 	case extreme1, extreme2:
 		n := 1
@@ -281,11 +288,14 @@ func drawQuestion(g *graph, rng *rand.Rand) (question, bool) {
 		q.entities = []int{e}
 		q.program = append(chainProgram(e, rels), step{op: o, a: operand{id: n - 1}, name: attrs[a].name})
 		vals = append(vs, g.extreme(vs[n-1], a, o == opArgmax))
-		text = fmt.Sprintf("among %s, which one has the %s %s?", g.phrase(e, rels), word, attrs[a].phrase)
+		text = fmt.Sprintf("among %s, which %s has the %s %s?", g.phrase(e, rels), vs[n-1].typ, word, attrs[a].phrase)
 	case both:
-		e1, r1, v1, ok1 := g.chain(rng, 1)
-		e2, r2, v2, ok2 := g.chain(rng, 1)
-		if !ok1 || !ok2 || e1 == e2 || v1[0].typ != v2[0].typ {
+		e1, r1, v1, ok := g.chain(rng, 1)
+		if !ok {
+			return q, false
+		}
+		e2, r2, v2, ok := g.hopInto(rng, v1[0].typ)
+		if !ok || e1 == e2 {
 			return q, false
 		}
 		in := intersect(v1[0], v2[0])
@@ -313,10 +323,63 @@ func drawQuestion(g *graph, rng *rand.Rand) (question, bool) {
 			return q, false
 		}
 	}
+	q.asksCount, q.asksExtreme, q.typ = final.isNum, sh == extreme1 || sh == extreme2, final.typ
+	if final.isNum {
+		q.typ = vals[len(vals)-2].typ
+	}
 	names := make([]string, len(q.entities))
 	for i, e := range q.entities {
 		names[i] = g.ents[e].name
 	}
 	q.instruction = fmt.Sprintf("Question: %s\nEntities: [%s]", text, strings.Join(names, ", "))
 	return q, true
+}
+
+// hopInto draws an entity and a relation from it into entities of type typ, and the relation's result.
+func (g *graph) hopInto(rng *rand.Rand, typ string) (int, []string, []value, bool) {
+	type pair struct {
+		e   int
+		rel string
+	}
+	var pairs []pair
+	for e := range g.ents {
+		for _, r := range g.relationsOf(g.single(e)) {
+			if g.s.rels[r].to == typ {
+				pairs = append(pairs, pair{e, r})
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return 0, nil, nil, false
+	}
+	p := pairs[rng.IntN(len(pairs))]
+	return p.e, []string{p.rel}, []value{g.neighbors(g.single(p.e), p.rel)}, true
+}
+
+// countShortcut reports whether counting a wrong set one call away from the right path gives the right
+// number: the count of the first hop, of another relation of the entity or of the first hop, or of a
+// further hop. Such questions would reward counting anything.
+func (g *graph) countShortcut(e int, rels []string, vs []value) bool {
+	want := len(vs[len(vs)-1].set)
+	if want < 2 {
+		return true
+	}
+	from := []value{g.single(e)}
+	for _, v := range vs {
+		from = append(from, v)
+	}
+	for i, v := range from {
+		if i > 0 && i < len(from)-1 && len(v.set) == want {
+			return true
+		}
+		for _, r := range g.relationsOf(v) {
+			if i < len(rels) && r == rels[i] {
+				continue
+			}
+			if len(g.neighbors(v, r).set) == want {
+				return true
+			}
+		}
+	}
+	return false
 }
