@@ -52,7 +52,7 @@ func (p *product) has(want []string) bool {
 	return true
 }
 
-// offers reports whether dim d of the product offers value v.
+// offersValue reports whether dim d of the product offers value v.
 func (p *product) offersValue(d int, v string) bool { return slices.Contains(p.offers[d], v) }
 
 // catalog is the shop: products, their categories, a lookup by id and the search index. Read-only.
