@@ -71,8 +71,8 @@ func (c *Client) Start(ctx context.Context, req proto.EnvStartRequest) (*proto.E
 			return &rep, nil
 		}
 		lastErr = err
-		// A full host or no answer: another host of the queue group may take the next try.
-		if !errors.Is(err, proto.ErrHostFull) && !errors.Is(err, proto.ErrEnvUnavailable) && !errors.Is(err, proto.ErrEnvTimeout) {
+		// A full or stopping host, or no answer: another host of the queue group may take the next try.
+		if !errors.Is(err, proto.ErrHostFull) && !errors.Is(err, proto.ErrShuttingDown) && !errors.Is(err, proto.ErrEnvUnavailable) && !errors.Is(err, proto.ErrEnvTimeout) {
 			return nil, err
 		}
 	}

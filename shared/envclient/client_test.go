@@ -244,6 +244,28 @@ func TestStartRetriesFullHosts(t *testing.T) {
 	}
 }
 
+// A host that is shutting down refuses a start that another host of the queue group can take: Start tries
+// again, as it does for a full host.
+func TestStartRetriesHostsShuttingDown(t *testing.T) {
+	url := server(t)
+	var tries atomic.Int64
+	serve(t, url, proto.SubjectEnvStart, func(r micro.Request) {
+		if tries.Add(1) == 1 {
+			refuse(r, proto.ErrShuttingDown, "")
+			return
+		}
+		respond(t, r, proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "h2-1", HostID: "h2"})
+	})
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: time.Second, StartRetries: 2})
+	rep, err := c.Start(testCtx(t), proto.EnvStartRequest{Task: "alfworld"})
+	if err != nil {
+		t.Fatalf("Start after a host answered shutting down: %v", err)
+	}
+	if rep.SessionID != "h2-1" || tries.Load() != 2 {
+		t.Fatalf("Start = %+v after %d tries", rep, tries.Load())
+	}
+}
+
 func TestStartWithoutHosts(t *testing.T) {
 	c := envclient.New(connect(t, server(t)), envclient.Config{CallTimeout: time.Second, StartRetries: 1})
 	if _, err := c.Start(testCtx(t), proto.EnvStartRequest{Task: "alfworld"}); !errors.Is(err, proto.ErrEnvUnavailable) {
