@@ -56,7 +56,9 @@ func confKeys() []string {
 		"user", "cache_size", "data_dir"}
 }
 
-func logNames() []string { return []string{"%s.log", "current.log", "app.log", "server.log"} }
+// logNames never repeat the service: a path that names it twice would tie the right grep with the wrong ones
+// on the policy's instruction-match count.
+func logNames() []string { return []string{"current.log", "app.log", "server.log", "main.log"} }
 
 // homeFiles are visible files of a home directory with their contents.
 func homeFiles() [][2]string {

@@ -127,6 +127,29 @@ func (c *cmd) cat(args []string) {
 	}
 }
 
+// cd is the bash builtin; its errors read "bash: cd: ...".
+func (c *cmd) cd(args []string, alone bool) {
+	c.name = "bash: cd"
+	dir := "/root"
+	switch len(args) {
+	case 0:
+	case 1:
+		dir = args[0]
+	default:
+		c.fail(1, "too many arguments")
+		return
+	}
+	p := abs(c.sh.cwd, dir)
+	switch n := c.sh.fs.lookup(p); {
+	case n == nil:
+		c.fail(1, "%s: No such file or directory", dir)
+	case !n.dir:
+		c.fail(1, "%s: Not a directory", dir)
+	case alone:
+		c.sh.cwd = p
+	}
+}
+
 func (c *cmd) echo(args []string) {
 	nl := true
 	if len(args) > 0 && args[0] == "-n" {

@@ -223,37 +223,72 @@ func fileScripts(p string, n *node) []string {
 		}
 		return append(out, "cat "+p, "wc -c "+p)
 	case kindList:
-		return []string{topQuery(p), fmt.Sprintf("sort %s | uniq -c", p), "wc -l " + p, "head -n 5 " + p}
+		// no head or tail here: a glimpse of a few names wins now and then and traps a learner there
+		return []string{fmt.Sprintf(topFmt, p), fmt.Sprintf("sort %s | uniq -c", p), fmt.Sprintf("sort %s | uniq -c | sort -n | head -n 1", p), "wc -l " + p}
 	}
 	return []string{"cat " + p, "wc -c " + p}
 }
 
-// scripts are the admissible shell commands: ls of every base directory, and commands on the entries the
-// last listing showed (ls and a file count for directories, per-kind commands for files).
+// rel renders an absolute path as an agent in the working directory would type it: relative below the
+// working directory, absolute elsewhere. Short paths keep the words that tell candidates apart few.
+func (g *game) rel(p string) string {
+	cwd := g.sh.cwd
+	if cwd != "/" && strings.HasPrefix(p, cwd+"/") {
+		return p[len(cwd)+1:]
+	}
+	return p
+}
+
+// lsScript lists a directory: a bare ls for the working directory.
+func (g *game) lsScript(dir string) string {
+	if dir == g.sh.cwd {
+		return "ls"
+	}
+	return "ls " + g.rel(dir)
+}
+
+// query is the solver's query as the admissible list renders it from the working directory.
+func (g *game) query() string { return fmt.Sprintf(g.q.queryFmt, g.rel(g.q.target)) }
+
+// scripts are the admissible shell commands: ls of the working directory and of every base directory,
+// and commands on the entries the last listing showed (ls and a file count for directories, per-kind
+// commands for files).
 func (g *game) scripts() []string {
 	out := make([]string, 0, 24)
+	out = append(out, "ls")
 	for _, b := range bases() {
-		out = append(out, "ls "+b)
+		out = append(out, g.lsScript(b))
 	}
 	d := g.fs.lookup(g.focus)
 	if g.focus == "" || d == nil || !d.dir {
-		return out
+		return compact(out)
 	}
 	if parent := path.Dir(g.focus); parent != "/" && !slices.Contains(bases(), parent) && !slices.Contains(bases(), g.focus) {
-		out = append(out, "ls "+parent)
+		out = append(out, g.lsScript(parent))
 	}
 	files := false
 	for _, c := range d.visible() {
-		p := path.Join(g.focus, c.name)
+		p := g.rel(path.Join(g.focus, c.name))
 		if c.dir {
-			out = append(out, "ls "+p, fmt.Sprintf("find %s -type f | wc -l", p))
+			out = append(out, "ls "+p, fmt.Sprintf(countFmt, p))
 			continue
 		}
 		files = true
 		out = append(out, fileScripts(p, c)...)
 	}
 	if files {
-		out = append(out, "ls -l "+g.focus)
+		out = append(out, strings.TrimSuffix("ls -l "+g.rel(g.focus), " "+g.sh.cwd)) // "ls -l" for the working directory
+	}
+	return compact(out)
+}
+
+// compact drops repeated scripts, keeping the first.
+func compact(ss []string) []string {
+	out := ss[:0]
+	for _, s := range ss {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
 	}
 	return out
 }

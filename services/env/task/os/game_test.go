@@ -85,12 +85,12 @@ func TestGeneratedQuestions(t *testing.T) {
 			t.Fatal(err)
 		}
 		kinds[g.q.kind]++
-		sh := shell{fs: g.fs, cwd: "/"}
-		r, err := sh.run(g.q.query)
+		sh := shell{fs: g.fs, cwd: g.q.base}
+		r, err := sh.run(g.query())
 		if err != nil || !slices.Contains(valueTokens(r.stdout), g.q.answer) {
-			t.Fatalf("seed %d: query %q gives %q (%v), answer %q", seed, g.q.query, r.stdout, err, g.q.answer)
+			t.Fatalf("seed %d: query %q gives %q (%v), answer %q", seed, g.query(), r.stdout, err, g.q.answer)
 		}
-		if fields := strings.Fields(g.q.query); !strings.Contains(g.instruction, path.Base(fields[len(fields)-1])) && g.q.kind != qFiles {
+		if !strings.Contains(g.instruction, path.Base(g.q.target)) && g.q.kind != qFiles {
 			hidden++
 		}
 		adm := g.Start().Admissible
@@ -104,7 +104,7 @@ func TestGeneratedQuestions(t *testing.T) {
 				t.Fatalf("seed %d turn %d: answer %q admissible %v after the query ran %v", seed, turn, g.q.answer, !ran, ran)
 			}
 			call := g.Solve()
-			ran = ran || call == bashCall(g.q.query)
+			ran = ran || call == bashCall(g.query())
 			res := g.Step(call)
 			if res.Done && res.Reward != 1 {
 				t.Fatalf("seed %d: solver lost: %s", seed, res.Observation)

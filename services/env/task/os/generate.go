@@ -46,8 +46,10 @@ type question struct {
 	text     string
 	entity   string // the service, user or app asked about
 	detail   string // the level, key or list
+	base     string // the directory the question names, where the session starts
 	queryDir string // the directory that must be listed last for the query to be admissible
-	query    string // the script whose output holds the answer
+	target   string // the file or directory the query reads, as an absolute path
+	queryFmt string // the query with %s for the target's path, relative to the working directory
 	answer   string
 }
 
@@ -69,7 +71,7 @@ func splitStream(split string) uint64 {
 
 // opening is the first observation: the host the agent is logged in on.
 func (w *world) opening() string {
-	return fmt.Sprintf("You are logged in as root on %s. The working directory is /.", w.host)
+	return fmt.Sprintf("You are logged in as root on %s. The working directory is %s.", w.host, w.q.base)
 }
 
 // splitKey hashes what the opening shows: the question and the host.
@@ -124,26 +126,26 @@ func drawWorld(rng *rand.Rand) *world {
 		q.entity = w.services[rng.IntN(len(w.services))]
 		q.detail = levels()[rng.IntN(len(levels()))]
 		q.text = fmt.Sprintf("How many lines of the %s service's log contain %s? Each service logs to its own directory under /var/log.", q.entity, q.detail)
-		q.queryDir = dirLog + "/" + q.entity
+		q.base, q.queryDir = dirLog, dirLog+"/"+q.entity
 	case qConfig:
 		q.entity = w.services[rng.IntN(len(w.services))]
 		q.detail = confKeys()[rng.IntN(len(confKeys()))]
 		q.text = fmt.Sprintf("What is the value of %s in the %s service's configuration? Each service keeps its configuration in its own directory under /etc.", q.detail, q.entity)
-		q.queryDir = dirEtc + "/" + q.entity
+		q.base, q.queryDir = dirEtc, dirEtc+"/"+q.entity
 	case qSize:
 		q.entity = w.services[rng.IntN(len(w.services))]
 		q.text = fmt.Sprintf("What is the size in bytes of the %s service's configuration file? Each service keeps its configuration in its own directory under /etc.", q.entity)
-		q.queryDir = dirEtc + "/" + q.entity
+		q.base, q.queryDir = dirEtc, dirEtc+"/"+q.entity
 	case qFiles:
 		q.entity = w.users[rng.IntN(len(w.users))]
 		q.text = fmt.Sprintf("How many files, including hidden files and files in subdirectories, are in %s's home directory under /home?", q.entity)
-		q.queryDir = dirHome
-		q.query = fmt.Sprintf("find %s/%s -type f | wc -l", dirHome, q.entity)
+		q.base, q.queryDir = dirHome, dirHome
+		q.target, q.queryFmt = dirHome+"/"+q.entity, countFmt
 	case qTop:
 		q.entity = w.apps[rng.IntN(len(w.apps))]
 		q.detail = lists()[rng.IntN(len(lists()))]
 		q.text = fmt.Sprintf("Which user appears most often in the %s list of the %s app? Each app keeps its data in its own directory under /srv.", q.detail, q.entity)
-		q.queryDir = dirSrv + "/" + q.entity
+		q.base, q.queryDir = dirSrv, dirSrv+"/"+q.entity
 	}
 	return w
 }
@@ -182,11 +184,12 @@ func build(rng *rand.Rand, w *world) (*game, bool) {
 	if q.kind == qTop && f.lookup(q.queryDir) == nil {
 		return nil, false
 	}
-	if q.query == "" {
+	if q.target == "" {
 		return nil, false
 	}
 	sh := shell{fs: f, cwd: "/"}
-	r, err := sh.run(q.query)
+	query := fmt.Sprintf(q.queryFmt, q.target)
+	r, err := sh.run(query)
 	if err != nil || r.stderr != "" {
 		return nil, false
 	}
@@ -212,7 +215,7 @@ func build(rng *rand.Rand, w *world) (*game, bool) {
 		}
 		q.answer = strings.TrimSpace(v)
 	case qTop:
-		second, err := sh.run(strings.Replace(q.query, "head -n 1", "head -n 2", 1))
+		second, err := sh.run(strings.Replace(query, "head -n 1", "head -n 2", 1))
 		top := strings.Fields(out)
 		if err != nil || len(top) != 2 {
 			return nil, false
@@ -225,7 +228,7 @@ func build(rng *rand.Rand, w *world) (*game, bool) {
 	if !slices.Contains(valueTokens(r.stdout), q.answer) {
 		return nil, false
 	}
-	g := &game{fs: f, sh: shell{fs: f, cwd: "/"}, q: *q, instruction: q.text, openObs: w.opening()}
+	g := &game{fs: f, sh: shell{fs: f, cwd: q.base}, q: *q, instruction: q.text, openObs: w.opening()}
 	g.opening = g.open()
 	return g, true
 }
@@ -265,9 +268,6 @@ func buildService(rng *rand.Rand, f *fsys, svc string, q *question) *node {
 	}
 	// log
 	ln := logNames()[rng.IntN(len(logNames()))]
-	if strings.Contains(ln, "%s") {
-		ln = fmt.Sprintf(ln, svc)
-	}
 	logPath := fmt.Sprintf("%s/%s/%s", dirLog, svc, ln)
 	f.addFile(logPath, logLines(rng, svc, 12+rng.IntN(30)), "root", stamp(rng), kindLog)
 	if rng.IntN(3) == 0 {
@@ -276,11 +276,11 @@ func buildService(rng *rand.Rand, f *fsys, svc string, q *question) *node {
 	if q.entity == svc {
 		switch q.kind {
 		case qCount:
-			q.query = fmt.Sprintf("grep -c %s %s", q.detail, logPath)
+			q.target, q.queryFmt = logPath, "grep -c "+q.detail+" %s"
 		case qConfig:
-			q.query = fmt.Sprintf("grep %s %s", q.detail, confPath)
+			q.target, q.queryFmt = confPath, "grep "+q.detail+" %s"
 		case qSize:
-			q.query = "wc -c " + confPath
+			q.target, q.queryFmt = confPath, "wc -c %s"
 		}
 	}
 	return conf
@@ -396,12 +396,14 @@ func buildApp(rng *rand.Rand, f *fsys, app string, q *question) {
 		p := fmt.Sprintf("%s/%s/%s.%s", dirSrv, app, l, exts[rng.IntN(len(exts))])
 		f.addFile(p, strings.Join(rows, "\n")+"\n", "root", stamp(rng), kindList)
 		if q.kind == qTop && q.entity == app && l == q.detail {
-			q.query = topQuery(p)
+			q.target, q.queryFmt = p, topFmt
 		}
 	}
 }
 
-// topQuery is the pipeline that prints the most frequent line of a file with its count.
-func topQuery(p string) string {
-	return fmt.Sprintf("sort %s | uniq -c | sort -n -r | head -n 1", p)
-}
+// Query formats shared by the generator and the admissible list: the most frequent line of a file with
+// its count, and the number of files under a directory.
+const (
+	topFmt   = "sort %s | uniq -c | sort -n -r | head -n 1"
+	countFmt = "find %s -type f | wc -l"
+)

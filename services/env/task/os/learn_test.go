@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 
 // played is one episode as the policy saw it.
 type played struct {
-	inputs  []policy.Input
-	choices []int
-	reward  float64
+	instruction string
+	inputs      []policy.Input
+	choices     []int
+	reward      float64
 }
 
 // playPolicy runs one episode the way rollout does (candidates are call texts), sampling when rng is set.
@@ -28,6 +30,7 @@ func playPolicy(m *policy.Model, f task.Family, split string, seed uint64, rng *
 	if err != nil {
 		return p
 	}
+	p.instruction = open.Instruction
 	obs, adm := open.Observation, open.Admissible
 	var history []string
 	for {
@@ -65,13 +68,32 @@ func parallel(n int, fn func(worker, i int)) {
 }
 
 func heldoutGreedy(m *policy.Model, f task.Family, n int) float64 {
-	rewards := make([]float64, n)
-	parallel(n, func(_, i int) { rewards[i] = playPolicy(m, f, proto.SplitHeldout, uint64(1_000_000+i), nil).reward })
+	s, _ := heldoutByKind(m, f, n)
+	return s
+}
+
+// questionKinds name the question kinds by the start of their instructions.
+var questionKinds = []string{"How many lines", "What is the value", "What is the size", "How many files", "Which user"}
+
+// heldoutByKind is the held-out greedy success overall and per question kind.
+func heldoutByKind(m *policy.Model, f task.Family, n int) (float64, map[string]float64) {
+	eps := make([]played, n)
+	parallel(n, func(_, i int) { eps[i] = playPolicy(m, f, proto.SplitHeldout, uint64(1_000_000+i), nil) })
 	var sum float64
-	for _, r := range rewards {
-		sum += r
+	wins, counts := map[string]float64{}, map[string]float64{}
+	for _, e := range eps {
+		sum += e.reward
+		for _, k := range questionKinds {
+			if strings.HasPrefix(e.instruction, k) {
+				wins[k] += e.reward
+				counts[k]++
+			}
+		}
 	}
-	return sum / float64(n)
+	for k := range counts {
+		wins[k] /= counts[k]
+	}
+	return sum / float64(n), wins
 }
 
 // TestLearnable trains the built-in policy with group-normalized REINFORCE on train instances and checks
@@ -89,7 +111,7 @@ func TestLearnable(t *testing.T) {
 	}
 	opt := policy.NewAdam(m.NumParams(), policy.AdamConfig{})
 	grad := make([]float64, m.NumParams())
-	const groups, size, budget = 32, 8, 150 * time.Second
+	const groups, size, budget = 32, 8, 120 * time.Second
 	start := time.Now()
 	for it := 0; time.Since(start) < budget; it++ {
 		eps := make([]played, groups*size)
@@ -127,8 +149,25 @@ func TestLearnable(t *testing.T) {
 				time.Since(start).Seconds(), it, wins/float64(len(eps)), heldoutGreedy(m, f, 200))
 		}
 	}
-	s := heldoutGreedy(m, f, 1000)
+	if os.Getenv("JETRL_LEARN_DUMP") != "" {
+		shown := 0
+		for i := 0; shown < 12 && i < 400; i++ {
+			e := playPolicy(m, f, proto.SplitHeldout, uint64(1_000_000+i), nil)
+			if e.reward == 1 {
+				continue
+			}
+			shown++
+			t.Logf("FAILED %s", e.instruction)
+			for k, in := range e.inputs {
+				t.Logf("   obs %q -> %s", in.Observation, in.Candidates[e.choices[k]])
+			}
+		}
+	}
+	s, kinds := heldoutByKind(m, f, 1000)
 	t.Logf("after %v: held-out greedy success %.3f", budget, s)
+	for _, k := range questionKinds {
+		t.Logf("  %-18q %.3f", k+"...", kinds[k])
+	}
 	if s < 0.8 {
 		t.Errorf("held-out greedy success %.3f after %v, want at least 0.8", s, budget)
 	}

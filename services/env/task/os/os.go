@@ -18,7 +18,7 @@ const (
 )
 
 const (
-	bashParameters   = `{"type":"object","properties":{"script":{"type":"string","description":"One shell command or a pipeline joined by |, e.g. \"ls -l /var/log\", \"grep -c ERROR /var/log/app/app.log\", \"sort /srv/x.txt | uniq -c | sort -n -r | head -n 1\". Supported: cat, echo, find, grep, head, ls, sort, tail, uniq, wc."}},"required":["script"]}`
+	bashParameters   = `{"type":"object","properties":{"script":{"type":"string","description":"One shell command or a pipeline joined by |, e.g. \"ls -l /var/log\", \"grep -c ERROR /var/log/app/app.log\", \"sort /srv/x.txt | uniq -c | sort -n -r | head -n 1\". Supported: cat, cd, echo, find, grep, head, ls, pwd, sort, tail, uniq, wc."}},"required":["script"]}`
 	answerParameters = `{"type":"object","properties":{"answer":{"type":"string","description":"The answer alone, e.g. \"42\" or \"alice\"."}},"required":["answer"]}`
 	finishParameters = `{"type":"object","properties":{}}`
 )
@@ -38,7 +38,7 @@ func (*Family) MaxTurns() int { return MaxTurns }
 // Tools are bash_action, answer_action and finish_action, in a fresh slice so callers cannot change another's.
 func (*Family) Tools() []proto.Tool {
 	return []proto.Tool{
-		{Name: BashTool, Description: "Run a shell command (or a pipeline) on the machine as root and see its output. There is no state between calls except what the filesystem holds; redirection, ';', '&&' and command substitution are not supported.", Parameters: bashParameters},
+		{Name: BashTool, Description: "Run a shell command (or a pipeline) on the machine as root and see its output. The working directory persists between calls (cd); the filesystem is read-only; redirection, ';', '&&' and command substitution are not supported.", Parameters: bashParameters},
 		{Name: AnswerTool, Description: "Submit the answer to the question. This ends the episode.", Parameters: answerParameters},
 		{Name: FinishTool, Description: "End the episode without answering.", Parameters: finishParameters},
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // supported names the commands the shell runs, in the order error messages list them.
-const supported = "cat, echo, find, grep, head, ls, sort, tail, uniq, wc"
+const supported = "cat, cd, echo, find, grep, head, ls, pwd, sort, tail, uniq, wc"
 
 // Output bounds, so one cat of a big file cannot flood an agent's context.
 const (
@@ -172,7 +172,7 @@ func (sh *shell) run(script string) (result, error) {
 	var errs strings.Builder
 	stdin := ""
 	for _, argv := range argvs {
-		r := sh.exec(argv, stdin)
+		r := sh.exec(argv, stdin, len(argvs) == 1)
 		errs.WriteString(r.stderr)
 		stdin, out.code = r.stdout, r.code
 	}
@@ -182,19 +182,24 @@ func (sh *shell) run(script string) (result, error) {
 
 func isSupported(name string) bool {
 	switch name {
-	case "cat", "echo", "find", "grep", "head", "ls", "sort", "tail", "uniq", "wc":
+	case "cat", "cd", "echo", "find", "grep", "head", "ls", "pwd", "sort", "tail", "uniq", "wc":
 		return true
 	}
 	return false
 }
 
-// exec runs one command of a pipeline.
-func (sh *shell) exec(argv []string, stdin string) result {
+// exec runs one command of a pipeline; alone is false inside a pipeline of several, whose stages run in
+// subshells (so a cd there changes nothing, as in bash).
+func (sh *shell) exec(argv []string, stdin string, alone bool) result {
 	c := &cmd{sh: sh, name: argv[0], stdin: stdin}
 	args := argv[1:]
 	switch c.name {
 	case "cat":
 		c.cat(args)
+	case "cd":
+		c.cd(args, alone)
+	case "pwd":
+		c.out.WriteString(sh.cwd + "\n")
 	case "echo":
 		c.echo(args)
 	case "find":

@@ -9,6 +9,7 @@ import (
 func testFS() *fsys {
 	f := newFS()
 	f.mkdirAll("/tmp", "root", "Jan  1 00:00")
+	f.mkdirAll("/root", "root", "Jan  1 00:00")
 	f.addFile("/var/log/app/app.log", "x ERROR one\ny INFO two\nz ERROR three\nw info error four\n", "root", "Mar  3 10:12", kindLog)
 	f.addFile("/etc/app/config.ini", "[main]\nport = 8080\nhost = db.internal\n", "root", "Mar  3 10:12", kindConf)
 	f.addFile("/home/ann/.bashrc", "alias ll='ls -l'\n", "ann", "Feb  1 09:00", kindText)
@@ -30,11 +31,17 @@ func TestShell(t *testing.T) {
 		{"ls -a /home/ann", ".\n..\n.bashrc\nnotes.txt\nprojects"},
 		{"ls /srv/shop/logins.txt", "/srv/shop/logins.txt"},
 		{"ls -l /etc/app", "total 4\n-rw-r--r-- 1 root root 38 Mar  3 10:12 config.ini"},
-		{"ls -la /tmp", "total 8\ndrwxr-xr-x 2 root root 4096 Jan  1 00:00 .\ndrwxr-xr-x 7 root root 4096 Jan  1 00:00 .."},
+		{"ls -la /tmp", "total 8\ndrwxr-xr-x 2 root root 4096 Jan  1 00:00 .\ndrwxr-xr-x 8 root root 4096 Jan  1 00:00 .."},
 		{"ls /etc /tmp", "/etc:\napp\n\n/tmp:"},
 		{"ls /nope", "ls: cannot access '/nope': No such file or directory"},
 		{"ls -z /", "ls: invalid option -- 'z'\nTry 'ls --help' for more information."},
 		{"ls srv", "shop"},
+		// cd and pwd
+		{"pwd", "/"},
+		{"cd /nope", "bash: cd: /nope: No such file or directory"},
+		{"cd /etc/app/config.ini", "bash: cd: /etc/app/config.ini: Not a directory"},
+		{"cd a b", "bash: cd: too many arguments"},
+		{"cd /srv", "(no output)"},
 		// cat and echo
 		{"cat /etc/app/config.ini", "[main]\nport = 8080\nhost = db.internal"},
 		{"cat /etc", "cat: /etc: Is a directory"},
@@ -98,8 +105,8 @@ func TestShell(t *testing.T) {
 		{"ls /srv/shop/*.csv", "ls: cannot access '/srv/shop/*.csv': No such file or directory"},
 		{"echo '*'", "*"},
 		// refusals
-		{"rm -rf /", "bash: rm: command not supported (supported: cat, echo, find, grep, head, ls, sort, tail, uniq, wc)"},
-		{"ls | xargs cat", "bash: xargs: command not supported (supported: cat, echo, find, grep, head, ls, sort, tail, uniq, wc)"},
+		{"rm -rf /", "bash: rm: command not supported (supported: cat, cd, echo, find, grep, head, ls, pwd, sort, tail, uniq, wc)"},
+		{"ls | xargs cat", "bash: xargs: command not supported (supported: cat, cd, echo, find, grep, head, ls, pwd, sort, tail, uniq, wc)"},
 		{"ls > /tmp/x", "bash: redirection (>) is not supported: the filesystem is read-only; pipe the output instead"},
 		{"ls; ls", `bash: ";" is not supported: run one command or one pipeline (joined by |) per bash_action call`},
 		{"ls && ls", "bash: '&&' is not supported: run one command or one pipeline (joined by |) per bash_action call"},
@@ -147,6 +154,24 @@ func TestShellStatusAndFocus(t *testing.T) {
 		r, err := sh.run(c.script)
 		if err != nil || r.code != c.code || sh.listed != c.listed {
 			t.Errorf("%s: code %d listed %q err %v, want code %d listed %q", c.script, r.code, sh.listed, err, c.code, c.listed)
+		}
+	}
+}
+
+func TestCd(t *testing.T) {
+	sh := shell{fs: testFS(), cwd: "/"}
+	for _, c := range []struct{ script, want, cwd string }{
+		{"cd /srv | ls", "etc\nhome\nroot\nsrv\ntmp\nvar", "/"}, // a pipeline stage runs in a subshell
+		{"cd srv/shop", "(no output)", "/srv/shop"},
+		{"pwd", "/srv/shop", "/srv/shop"},
+		{"grep -c bob logins.txt", "3", "/srv/shop"},
+		{"ls ../../home/ann", "notes.txt\nprojects", "/srv/shop"},
+		{"cd ..", "(no output)", "/srv"},
+		{"cd", "(no output)", "/root"},
+	} {
+		r, err := sh.run(c.script)
+		if got := render(r); err != nil || got != c.want || sh.cwd != c.cwd {
+			t.Errorf("%s: %q in %s (%v), want %q in %s", c.script, got, sh.cwd, err, c.want, c.cwd)
 		}
 	}
 }
