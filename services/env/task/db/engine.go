@@ -19,9 +19,11 @@ import (
 )
 
 // Engine bounds: one agent statement may not run long, return much or grow the database much, so a
-// session stays cheap whatever SQL an agent sends.
+// session stays cheap whatever SQL an agent sends. The time bound is wall-clock (the driver keeps
+// SQLite's progress handler to itself); the statements a task needs take about 0.1 ms, so it is
+// generous enough that a loaded machine or the race detector never trips it on them.
 const (
-	stmtTimeout  = 250 * time.Millisecond
+	stmtTimeout  = 2 * time.Second
 	maxFetchRows = 200     // rows read from one result; more are reported as "200+"
 	maxShownRows = 20      // rows printed in an observation
 	maxCellRunes = 40      // longer cells are cut with "…"
@@ -33,8 +35,9 @@ const (
 
 // engine is one session's private in-memory SQLite database, on one pinned connection.
 type engine struct {
-	db   *sql.DB
-	conn *sql.Conn
+	db      *sql.DB
+	conn    *sql.Conn
+	timeout time.Duration // per statement
 }
 
 // openEngine opens a fresh in-memory database called name, runs the setup script (trusted SQL that
@@ -57,7 +60,7 @@ func openEngine(name, setup string) (*engine, error) {
 		db.Close()
 		return nil, err
 	}
-	e := &engine{db: db, conn: conn}
+	e := &engine{db: db, conn: conn, timeout: stmtTimeout}
 	if err := e.setup(ctx, setup); err != nil {
 		e.close()
 		return nil, err
@@ -137,13 +140,13 @@ func (e *engine) run(stmt string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	r := result{statement: kw}
 	if !returnsRows(kw) {
 		res, err := e.conn.ExecContext(ctx, stmt)
 		if err != nil {
-			return r, sqlError(ctx, err)
+			return r, e.sqlError(ctx, err)
 		}
 		r.affected, _ = res.RowsAffected() // the driver always knows the change count
 		return r, nil
@@ -151,11 +154,11 @@ func (e *engine) run(stmt string) (result, error) {
 	r.query = true
 	rows, err := e.conn.QueryContext(ctx, stmt)
 	if err != nil {
-		return r, sqlError(ctx, err)
+		return r, e.sqlError(ctx, err)
 	}
 	defer rows.Close()
 	if r.cols, err = rows.Columns(); err != nil {
-		return r, sqlError(ctx, err)
+		return r, e.sqlError(ctx, err)
 	}
 	vals := make([]any, len(r.cols))
 	ptrs := make([]any, len(r.cols))
@@ -168,7 +171,7 @@ func (e *engine) run(stmt string) (result, error) {
 			break
 		}
 		if err := rows.Scan(ptrs...); err != nil {
-			return r, sqlError(ctx, err)
+			return r, e.sqlError(ctx, err)
 		}
 		row := make([]string, len(vals))
 		for i, v := range vals {
@@ -177,15 +180,15 @@ func (e *engine) run(stmt string) (result, error) {
 		r.rows = append(r.rows, row)
 	}
 	if err := rows.Err(); err != nil {
-		return r, sqlError(ctx, err)
+		return r, e.sqlError(ctx, err)
 	}
 	return r, nil
 }
 
 // sqlError is the engine's error text, or a plain note that the statement ran out of time.
-func sqlError(ctx context.Context, err error) error {
+func (e *engine) sqlError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("statement interrupted after %v (too slow; add a WHERE or a LIMIT)", stmtTimeout)
+		return fmt.Errorf("statement interrupted after %v (too slow; add a WHERE or a LIMIT)", e.timeout)
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -247,11 +250,11 @@ func (e *engine) tableHash(table string) (string, error) {
 	if e == nil || e.conn == nil {
 		return "", errors.New("the session database is closed")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	rows, err := e.conn.QueryContext(ctx, "SELECT * FROM "+quoteIdent(table))
 	if err != nil {
-		return "", sqlError(ctx, err)
+		return "", e.sqlError(ctx, err)
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
@@ -275,7 +278,7 @@ func (e *engine) tableHash(table string) (string, error) {
 		lines = append(lines, line)
 	}
 	if err := rows.Err(); err != nil {
-		return "", sqlError(ctx, err)
+		return "", e.sqlError(ctx, err)
 	}
 	return hashRows(cols, lines), nil
 }

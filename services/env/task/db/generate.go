@@ -717,7 +717,7 @@ func (b builder) insert() (goal, bool) {
 	for c := range all {
 		all[c] = c
 	}
-	for _, c := range pick(b.rng, all, 3) {
+	for _, c := range pick(b.rng, all, minWrong) {
 		alt := slices.Clone(row)
 		alt[c] = b.newValue(c, row[c])
 		gl.wrong = append(gl.wrong, stmt(alt))

@@ -1,6 +1,6 @@
 //go:build race
 
-package db_test
+package db
 
 // raceEnabled shrinks the conformance samples: the race detector slows the SQLite engine about 15x.
 const raceEnabled = true
