@@ -11,7 +11,8 @@ func TestConformance(t *testing.T) {
 	tasktest.RunConformance(t, ostask.New(), tasktest.Options{
 		SolverCallsAdmissible: true,
 		MinDistinct:           1990, // of 2000 seeds; instances are drawn from far more than 10,000
-		MaxRandomSuccess:      0.05,
+		MinSolverCalls:        3.5,  // measured 3.81: ls, ls, query, answer (3 for file counts)
+		MaxRandomSuccess:      0.05, // measured 0.000
 	})
 }
 
