@@ -3,8 +3,8 @@ package proto_test
 import (
 	"bytes"
 	"errors"
-	"math"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"

@@ -94,6 +94,7 @@ type Host struct {
 	nextID   atomic.Uint64
 	inflight sync.WaitGroup
 	running  atomic.Bool
+	gate     sync.RWMutex // orders the running check and inflight.Add against shutdown
 
 	started, stepped, expired, refused *prometheus.CounterVec
 	errorsTotal                        *prometheus.CounterVec
@@ -102,12 +103,15 @@ type Host struct {
 }
 
 type session struct {
-	mu       sync.Mutex
-	id       string
-	task     string
-	sess     *task.Session
-	lastCall time.Time
-	broken   error
+	// run is held while the game runs a step, which may go on past its timeout, or while it is closed.
+	run          sync.Mutex
+	pendingClose atomic.Bool
+	mu           sync.Mutex
+	id           string
+	task         string
+	sess         *task.Session
+	lastCall     time.Time
+	broken       error
 }
 
 // New validates the configuration and builds a host.
@@ -161,7 +165,7 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("env: add micro service: %w", err)
 	}
-	add := func(name, subject string, fn func(micro.Request), opts ...micro.EndpointOpt) error {
+	add := func(name, subject string, fn func(request), opts ...micro.EndpointOpt) error {
 		opts = append(opts, micro.WithEndpointSubject(subject))
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { h.async(fn, r) }), opts...)
 	}
@@ -174,6 +178,10 @@ func (h *Host) Run(ctx context.Context) error {
 		_ = svc.Stop()
 		return fmt.Errorf("env: add endpoints: %w", err)
 	}
+	if err := h.deps.Conn.Flush(); err != nil { // the server holds our subscriptions before we say we serve
+		_ = svc.Stop()
+		return fmt.Errorf("env: flush subscriptions: %w", err)
+	}
 	h.running.Store(true)
 	h.deps.Log.Info().Str("host", h.cfg.HostID).Int("capacity", h.cfg.Capacity).Strs("tasks", h.deps.Families.Names()).Msg("env host serving")
 
@@ -182,8 +190,11 @@ func (h *Host) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			h.gate.Lock() // no handler is between its running check and inflight.Add
 			h.running.Store(false)
+			h.gate.Unlock()
 			err := svc.Stop()
+			_ = h.deps.Conn.Flush() // the server has dropped our subscriptions once this returns
 			h.inflight.Wait()
 			n := h.closeAll()
 			h.deps.Log.Info().Str("host", h.cfg.HostID).Int("sessions_dropped", n).Msg("env host stopped")
@@ -194,17 +205,28 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 }
 
+// request is what a handler needs of a micro request. Handlers run on their own goroutines after micro's
+// handler has returned, and micro reads its request object then, so they answer through the connection
+// instead of through it.
+type request struct {
+	data  []byte
+	reply string
+}
+
 // async runs a handler on its own goroutine so that one slow session never holds up the others;
 // the host owns these goroutines through inflight and waits for them on shutdown.
-func (h *Host) async(fn func(micro.Request), r micro.Request) {
+func (h *Host) async(fn func(request), r micro.Request) {
+	req := request{data: r.Data(), reply: r.Reply()}
+	h.gate.RLock()
+	defer h.gate.RUnlock()
 	if !h.running.Load() {
-		h.fail(r, "request", proto.ErrShuttingDown, "")
+		h.fail(req, "request", proto.ErrShuttingDown, "")
 		return
 	}
 	h.inflight.Add(1)
 	go func() {
 		defer h.inflight.Done()
-		fn(r)
+		fn(req)
 	}()
 }
 
@@ -242,7 +264,7 @@ func (h *Host) expire(now time.Time) {
 	}
 }
 
-func (h *Host) fail(r micro.Request, endpoint string, err error, detail string) {
+func (h *Host) fail(r request, endpoint string, err error, detail string) {
 	code := proto.ErrorCodes[err]
 	if code == "" {
 		code = "500"
@@ -252,13 +274,16 @@ func (h *Host) fail(r micro.Request, endpoint string, err error, detail string) 
 		desc += ": " + detail
 	}
 	h.errorsTotal.WithLabelValues(endpoint, code).Inc()
-	if rerr := r.Error(code, desc, nil); rerr != nil {
+	msg := nats.NewMsg(r.reply)
+	msg.Header.Set(micro.ErrorHeader, desc)
+	msg.Header.Set(micro.ErrorCodeHeader, code)
+	if rerr := h.deps.Conn.PublishMsg(msg); rerr != nil {
 		h.deps.Log.Warn().Err(rerr).Str("endpoint", endpoint).Msg("reply failed")
 	}
 }
 
 // failWrapped answers with the catalogued error that err wraps, keeping err's full text.
-func (h *Host) failWrapped(r micro.Request, endpoint string, err error) {
+func (h *Host) failWrapped(r request, endpoint string, err error) {
 	for known := range proto.ErrorCodes {
 		if errors.Is(err, known) {
 			h.fail(r, endpoint, known, strings.TrimPrefix(strings.TrimPrefix(err.Error(), known.Error()), ": "))
@@ -268,20 +293,20 @@ func (h *Host) failWrapped(r micro.Request, endpoint string, err error) {
 	h.fail(r, endpoint, proto.ErrInternal, err.Error())
 }
 
-func (h *Host) respond(r micro.Request, endpoint string, v any) {
+func (h *Host) respond(r request, endpoint string, v any) {
 	b, err := codec.Marshal(v, proto.MaxEnvMessageBytes)
 	if err != nil {
 		h.failWrapped(r, endpoint, err)
 		return
 	}
-	if err := r.Respond(b); err != nil {
+	if err := h.deps.Conn.Publish(r.reply, b); err != nil {
 		h.deps.Log.Warn().Err(err).Str("endpoint", endpoint).Msg("reply failed")
 	}
 }
 
-func (h *Host) handleStart(r micro.Request) {
+func (h *Host) handleStart(r request) {
 	var req proto.EnvStartRequest
-	if err := codec.Unmarshal(r.Data(), &req); err != nil {
+	if err := codec.Unmarshal(r.data, &req); err != nil {
 		h.failWrapped(r, "start", err)
 		return
 	}
@@ -360,15 +385,25 @@ func (h *Host) drop(s *session) {
 	}
 }
 
+// close releases the instance now, or, if a step is still running (it timed out), when that step returns.
 func (s *session) close(log zerolog.Logger) {
+	s.pendingClose.Store(true)
+	s.closeIfIdle(log)
+}
+
+func (s *session) closeIfIdle(log zerolog.Logger) {
+	if !s.pendingClose.Load() || !s.run.TryLock() {
+		return
+	}
+	defer s.run.Unlock()
 	if err := s.sess.Close(); err != nil {
 		log.Warn().Err(err).Str("session", s.id).Msg("close session")
 	}
 }
 
-func (h *Host) handleStep(r micro.Request) {
+func (h *Host) handleStep(r request) {
 	var req proto.EnvStepRequest
-	if err := codec.Unmarshal(r.Data(), &req); err != nil {
+	if err := codec.Unmarshal(r.data, &req); err != nil {
 		h.failWrapped(r, "step", err)
 		return
 	}
@@ -426,7 +461,10 @@ func (h *Host) step(s *session, call proto.ToolCall) (res task.Result, err error
 		if h.cfg.StepLatency != nil {
 			time.Sleep(h.cfg.StepLatency())
 		}
+		s.run.Lock()
 		r, err := s.sess.Step(call)
+		s.run.Unlock()
+		s.closeIfIdle(h.deps.Log) // a close that came while this step ran past its timeout
 		done <- outcome{r, err}
 	}()
 	timer := time.NewTimer(h.cfg.CallTimeout)
@@ -442,9 +480,9 @@ func (h *Host) step(s *session, call proto.ToolCall) (res task.Result, err error
 	}
 }
 
-func (h *Host) handleCancel(r micro.Request) {
+func (h *Host) handleCancel(r request) {
 	var req proto.EnvCancelRequest
-	if err := codec.Unmarshal(r.Data(), &req); err != nil {
+	if err := codec.Unmarshal(r.data, &req); err != nil {
 		h.failWrapped(r, "cancel", err)
 		return
 	}

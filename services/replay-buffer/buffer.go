@@ -282,10 +282,19 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 		g = &group{id: ep.GroupID, task: ep.Task, size: ep.GroupSize, members: map[string]member{}, firstSeen: time.Now()}
 		b.groups[ep.GroupID] = g
 	}
-	if _, dup := g.members[ep.ID]; dup {
+	if held, dup := g.members[ep.ID]; dup {
+		if sameStreamMessage(held.msg, m) {
+			// A redelivery of the message held: keep the newest delivery, whose ack the server expects.
+			g.members[ep.ID] = member{ep: held.ep, msg: m}
+			return
+		}
+		// Another message with the same episode id (published outside the dedup window): it adds nothing.
 		b.count(func(s *Stats) { s.Duplicates++ })
+		b.episodes.WithLabelValues(ep.Task, "duplicate").Inc()
+		_ = m.Ack()
+		return
 	}
-	g.members[ep.ID] = member{ep: ep, msg: m} // a redelivery replaces the older delivery, whose ack would be stale
+	g.members[ep.ID] = member{ep: ep, msg: m}
 	b.episodes.WithLabelValues(ep.Task, "received").Inc()
 	if len(g.members) >= g.size {
 		delete(b.groups, g.id)
@@ -305,6 +314,13 @@ func (b *Buffer) keepAlive() {
 			_ = m.msg.InProgress()
 		}
 	}
+}
+
+// sameStreamMessage reports whether two deliveries are of one stream message.
+func sameStreamMessage(a, b jetstream.Msg) bool {
+	ma, errA := a.Metadata()
+	mb, errB := b.Metadata()
+	return errA == nil && errB == nil && ma.Stream == mb.Stream && ma.Sequence.Stream == mb.Sequence.Stream
 }
 
 // timeout moves groups that have waited too long for missing members to the ready list.

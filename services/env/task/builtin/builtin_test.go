@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jetrl/jetrl/proto"
@@ -9,6 +10,9 @@ import (
 
 func TestRegistry(t *testing.T) {
 	r := Registry()
+	if got, want := r.Names(), []string{"alfworld", "db", "kg", "os", "webshop"}; !slices.Equal(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
 	f, err := r.Get("alfworld")
 	if err != nil || f.Name() != "alfworld" {
 		t.Fatalf("Get(alfworld) = %v, %v", f, err)
