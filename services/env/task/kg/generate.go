@@ -102,16 +102,26 @@ func generate(s *schema, split string, seed uint64) (*game, error) {
 func drawGraph(s *schema, rng *rand.Rand) *graph {
 	g := &graph{s: s, byName: map[string]int{}}
 	p := s.pools
+	// distinct draws n distinct indices below size; pools are far larger than n, so retries are rare.
+	distinct := func(size, n int) []int {
+		out := make([]int, 0, n)
+		for len(out) < n {
+			if k := rng.IntN(size); !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
 	pickNames := func(pool []string, n int) []string {
 		out := make([]string, n)
-		for i, j := range rng.Perm(len(pool))[:n] {
-			out[i] = pool[j]
+		for i, k := range distinct(len(pool), n) {
+			out[i] = pool[k]
 		}
 		return out
 	}
 	pairNames := func(first, second []string, n int) []string {
 		out := make([]string, n)
-		for i, k := range rng.Perm(len(first) * len(second))[:n] {
+		for i, k := range distinct(len(first)*len(second), n) {
 			out[i] = first[k/len(second)] + " " + second[k%len(second)]
 		}
 		return out
