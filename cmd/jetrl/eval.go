@@ -78,7 +78,7 @@ func (c *evalCmd) baseline(reg task.Registry) (map[string]rollout.EvalResult, er
 		if err != nil {
 			return nil, err
 		}
-		out[t] = rollout.EvalResult{Success: r.SuccessRate, MeanReward: r.MeanReward, Episodes: r.Episodes}
+		out[t] = rollout.EvalResult{Success: r.SuccessRate, MeanReward: r.MeanReward, Episodes: r.Episodes, MeanTurns: r.MeanTurns}
 	}
 	return out, nil
 }
@@ -152,10 +152,10 @@ func printEval(res map[string]rollout.EvalResult, asJSON bool) error {
 		names = append(names, t)
 	}
 	sort.Strings(names)
-	fmt.Printf("%-10s %9s %12s %9s\n", "task", "success", "mean reward", "episodes")
+	fmt.Printf("%-10s %9s %12s %11s %9s\n", "task", "success", "mean reward", "mean turns", "episodes")
 	for _, t := range names {
 		r := res[t]
-		fmt.Printf("%-10s %8.1f%% %12.3f %9d\n", t, 100*r.Success, r.MeanReward, r.Episodes)
+		fmt.Printf("%-10s %8.1f%% %12.3f %11.2f %9d\n", t, 100*r.Success, r.MeanReward, r.MeanTurns, r.Episodes)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ type EvalResult struct {
 	Success       float64 `json:"success"`
 	MeanReward    float64 `json:"mean_reward"`
 	Episodes      int     `json:"episodes"`
+	MeanTurns     float64 `json:"mean_turns"`
 	InfraFailures int     `json:"infra_failures"`
 }
 
@@ -70,6 +71,7 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 				} else {
 					r.Episodes++
 					r.MeanReward += ep.Reward
+					r.MeanTurns += float64(len(ep.Turns))
 					if ep.Success() {
 						r.Success++
 					}
@@ -98,6 +100,7 @@ feed:
 		if r.Episodes > 0 {
 			r.Success /= float64(r.Episodes)
 			r.MeanReward /= float64(r.Episodes)
+			r.MeanTurns /= float64(r.Episodes)
 		}
 		out[t] = *r
 	}
