@@ -84,10 +84,14 @@ func attributes() []attribute {
 	}
 }
 
-// pools are the name pools, per type: one list of single-word names, or for films and people two
-// lists whose pairings make the names. A graph never uses a name twice.
+// pools are the name pools. Every name is a pairing of two lists: a first and a last name, an adjective
+// and a noun, or a stem and a suffix, which gives hundreds of names per type.
 type pools struct {
-	filmFirst, filmSecond, firstNames, lastNames, cities, companies, countries []string
+	filmFirst, filmSecond     []string
+	firstNames, lastNames     []string
+	cityStems, citySuffixes   []string
+	companyStems, companyEnds []string
+	countryStems, countryEnds []string
 }
 
 func namePools() pools {
@@ -106,15 +110,16 @@ func namePools() pools {
 			"Kovac", "Lindqvist", "Moreau", "Novak", "Okafor", "Petrov", "Quill", "Rasmussen", "Santoro", "Thorne",
 			"Ulrich", "Varga", "Whitlock", "Yilmaz", "Zeller", "Achebe", "Bianchi", "Cortez", "Delacroix", "Engel",
 			"Fischer", "Grimaldi", "Haddad", "Ivanova", "Kaur", "Laine", "Mbeki", "Nakamura", "Oyelaran", "Pereira"},
-		cities: []string{"Arlen", "Belmora", "Corvath", "Dunmere", "Estrella", "Farrow", "Glenhaven", "Halden", "Isenport", "Jorvik",
-			"Kestrel", "Lorwick", "Marbella", "Norhaven", "Ostrava", "Pellham", "Quarryton", "Ravensholm", "Saltmere", "Tamsin",
-			"Ulverton", "Valdora", "Westmarch", "Yarrow", "Zennor", "Ashbury", "Brightwater", "Caldera", "Dovercliff", "Emberton",
-			"Fairhollow", "Greystone", "Highmoor", "Ironbridge", "Juniper", "Kingsreach", "Lakeshore", "Millbrook", "Northgate", "Oakridge"},
-		companies: []string{"Veltrix", "Norcast", "Helion", "Quantara", "Brightline", "Okanda", "Stratos", "Lumora", "Pylon", "Corvex",
-			"Zephyra", "Tandem", "Mirabel", "Kestrix", "Arcturo", "Solvane", "Nimbus", "Ferrant", "Obsidia", "Grayfield",
-			"Auralis", "Bastion", "Cindra", "Dynamo", "Everly", "Fulcrum", "Gallant", "Havenic", "Ironclad", "Jovian"},
-		countries: []string{"Aldoria", "Belvania", "Cestria", "Dravonia", "Eskaria", "Falmora", "Galdria", "Hestova", "Ilyria", "Jorvania",
-			"Kaldoria", "Lumeria", "Mordavia", "Norvenia", "Ostravia", "Pellonia", "Rovania", "Sardesia", "Tolvaria", "Valmoria"},
+		cityStems: []string{"Ash", "Bel", "Cor", "Dun", "Est", "Far", "Glen", "Hal", "Isen", "Jor", "Kes", "Lor", "Mar",
+			"Nor", "Ost", "Pell", "Quar", "Raven", "Salt", "Tam", "Ulver", "Val", "West", "Yar", "Zen", "Bright",
+			"Cald", "Dover", "Ember", "Fair", "Grey", "High", "Kings", "Lake", "Mill", "Oak"},
+		citySuffixes: []string{"bury", "mora", "wick", "mere", "haven", "port", "holm", "ford", "field", "gate", "ridge", "stead"},
+		companyStems: []string{"Vel", "Nor", "Hel", "Quan", "Lum", "Pyl", "Cor", "Zeph", "Tan", "Mir", "Kes", "Arc", "Sol",
+			"Nim", "Fer", "Obs", "Gray", "Aur", "Bas", "Cin", "Dyn", "Ev", "Ful", "Gal", "Hav", "Jov"},
+		companyEnds: []string{"trix", "cast", "ion", "ara", "line", "vex", "dyne", "ium", "tek", "ora"},
+		countryStems: []string{"Ald", "Belv", "Cest", "Drav", "Esk", "Falm", "Gald", "Hest", "Ilyr", "Jorv", "Kald", "Lum",
+			"Mord", "Norv", "Ostr", "Pell", "Rov", "Sard", "Tolv", "Valm", "Brenn", "Dorn", "Elb", "Fenn", "Grav"},
+		countryEnds: []string{"ia", "land", "ova", "aria"},
 	}
 }
 

@@ -94,18 +94,27 @@ func (gm *game) Step(call proto.ToolCall) task.Result {
 	return task.Result{Observation: obs, Admissible: gm.admissible(), Status: proto.StatusRunning}
 }
 
-// errInvalid marks calls that are well formed but name something that does not fit.
-var errInvalid = errors.New("invalid argument")
-
+// invalid reports a well-formed call that names something that does not fit.
 func invalid(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, a...))
+	return errors.New("invalid argument: " + fmt.Sprintf(format, a...))
+}
+
+// maxEcho caps how much of an agent's argument an error observation repeats.
+const maxEcho = 60
+
+// clip shortens an agent's text for echoing it in an observation.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxEcho], "") + "..."
 }
 
 // apply carries out one call and returns its observation, or an error that says what is wrong with it.
 func (gm *game) apply(call proto.ToolCall) (string, error) {
 	i, ok := gm.s.toolIndex[call.Name]
 	if !ok {
-		return "", fmt.Errorf("unknown tool %q; the tools are %s", call.Name, strings.Join(gm.s.toolNames(), ", "))
+		return "", fmt.Errorf("unknown tool %q; the tools are %s", clip(call.Name), strings.Join(gm.s.toolNames(), ", "))
 	}
 	args, err := parseArgs(call.Arguments, gm.s.tools[i].args)
 	if err != nil {
@@ -130,7 +139,7 @@ func (gm *game) apply(call proto.ToolCall) (string, error) {
 		}
 		rel := strings.TrimSpace(args[1])
 		if !slices.Contains(gm.g.relationsOf(v), rel) {
-			return "", invalid("%s has no relation %q; get_relations(%s) lists its relations", label, rel, label)
+			return "", invalid("%s has no relation %q; get_relations(%s) lists its relations", label, clip(rel), label)
 		}
 		return gm.newVar(gm.g.neighbors(v, rel), ""), nil
 	case toolIntersection:
@@ -166,7 +175,7 @@ func (gm *game) apply(call proto.ToolCall) (string, error) {
 		a := gm.g.attrIndex(v.typ, name)
 		switch {
 		case a < 0:
-			return "", invalid("%s (%s) has no attribute %q; get_attributes(%s) lists its attributes", label, plural(v.typ), name, label)
+			return "", invalid("%s (%s) has no attribute %q; get_attributes(%s) lists its attributes", label, plural(v.typ), clip(name), label)
 		case len(v.set) == 0:
 			return "", invalid("%s is empty", label)
 		}
@@ -194,7 +203,7 @@ func (gm *game) apply(call proto.ToolCall) (string, error) {
 		}
 		return gm.final.Observation, nil
 	}
-	return "", fmt.Errorf("unknown tool %q", call.Name) // unreachable: every listed tool has a case
+	return "", fmt.Errorf("unknown tool %q", clip(call.Name)) // unreachable: every listed tool has a case
 }
 
 func unitSuffix(unit string) string {
@@ -230,16 +239,16 @@ func (gm *game) varIndex(arg string) (int, error) {
 	t := strings.TrimSpace(arg)
 	rest, ok := strings.CutPrefix(t, "#")
 	if !ok {
-		return 0, invalid("%q is not a variable; variables are written #0, #1, ...", t)
+		return 0, invalid("%q is not a variable; variables are written #0, #1, ...", clip(t))
 	}
 	k, err := strconv.Atoi(rest)
 	switch {
 	case err != nil || k < 0:
-		return 0, invalid("%q is not a variable; variables are written #0, #1, ...", t)
+		return 0, invalid("%q is not a variable; variables are written #0, #1, ...", clip(t))
 	case len(gm.vars) == 0:
-		return 0, invalid("there is no variable %s yet; no call has made a variable", t)
+		return 0, invalid("there is no variable %s yet; no call has made a variable", clip(t))
 	case k >= len(gm.vars):
-		return 0, invalid("there is no variable %s; the variables are #0 to #%d", t, len(gm.vars)-1)
+		return 0, invalid("there is no variable %s; the variables are #0 to #%d", clip(t), len(gm.vars)-1)
 	}
 	return k, nil
 }
@@ -259,7 +268,7 @@ func (gm *game) resolveSet(arg string) (value, string, error) {
 	}
 	id, ok := gm.g.byName[normName(t)]
 	if !ok {
-		return value{}, "", invalid("%q is neither a variable (#0, #1, ...) nor an entity of the knowledge base", t)
+		return value{}, "", invalid("%q is neither a variable (#0, #1, ...) nor an entity of the knowledge base", clip(t))
 	}
 	return gm.g.single(id), gm.g.ents[id].name, nil
 }
@@ -276,7 +285,7 @@ func parseArgs(raw string, names []string) ([]string, error) {
 	}
 	for k := range m {
 		if !slices.Contains(names, k) {
-			return nil, fmt.Errorf("unknown argument %q; this tool takes %s", k, strings.Join(names, ", "))
+			return nil, fmt.Errorf("unknown argument %q; this tool takes %s", clip(k), strings.Join(names, ", "))
 		}
 	}
 	out := make([]string, len(names))
@@ -285,8 +294,8 @@ func parseArgs(raw string, names []string) ([]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("missing required %q", n)
 		}
-		if err := json.Unmarshal(v, &out[i]); err != nil {
-			return nil, fmt.Errorf("%q must be a string, got %s", n, v)
+		if err := json.Unmarshal(v, &out[i]); err != nil || v[0] != '"' { // null would leave "" silently
+			return nil, fmt.Errorf("%q must be a string, got %s", n, clip(string(v)))
 		}
 		if strings.TrimSpace(out[i]) == "" {
 			return nil, fmt.Errorf("%q is empty", n)
@@ -307,9 +316,9 @@ func callOf(tool string, kv ...string) proto.ToolCall {
 
 // admissible lists the calls that make sense now: get_relations on the question's entities and the
 // latest variables, get_neighbors along relations get_relations revealed, intersections of the latest
-// variables, and on the latest variables of the type the question asks about: attributes and extremes
-// along revealed attributes if it asks for a highest or lowest, counts if it asks how many, and answers
-// (a number for "how many").
+// variables, and on the latest variables of the type the question asks about: attributes, and argmax
+// (argmin) along revealed attributes, if it asks for the highest (lowest); counts if it asks how many;
+// and answers (a number for "how many").
 func (gm *game) admissible() []proto.ToolCall {
 	var out []proto.ToolCall
 	add := func(c proto.ToolCall) {
@@ -348,13 +357,12 @@ func (gm *game) admissible() []proto.ToolCall {
 		if len(gm.vars[k].set) == 0 || gm.vars[k].typ != gm.q.typ {
 			continue
 		}
-		if gm.q.asksExtreme {
+		if gm.q.extreme != "" {
 			add(callOf(toolGetAttributes, "variable", label(k)))
 		}
-		if gm.q.asksExtreme && gm.attrs[label(k)] {
+		if gm.q.extreme != "" && gm.attrs[label(k)] {
 			for _, a := range gm.s.attrsOf[gm.vars[k].typ] {
-				add(callOf(toolArgmax, "variable", label(k), "attribute", a.name))
-				add(callOf(toolArgmin, "variable", label(k), "attribute", a.name))
+				add(callOf(gm.q.extreme, "variable", label(k), "attribute", a.name))
 			}
 		}
 		if gm.q.asksCount {

@@ -14,7 +14,7 @@ import (
 // Generation bounds.
 const (
 	maxAttempts    = 1_000
-	questionsPerKB = 20
+	questionsPerKB = 60
 	heldoutModulus = 5
 	extremeMinSize = 2 // argmax and argmin pick among at least this many entities
 )
@@ -102,60 +102,45 @@ func generate(s *schema, split string, seed uint64) (*game, error) {
 func drawGraph(s *schema, rng *rand.Rand) *graph {
 	g := &graph{s: s, byName: map[string]int{}}
 	p := s.pools
-	// distinct draws n distinct indices below size; pools are far larger than n, so retries are rare.
-	distinct := func(size, n int) []int {
-		out := make([]int, 0, n)
+	// names draws n names of one type as pairings of first and second, never a name the graph has.
+	names := func(first, second []string, sep string, n int) []string {
+		out := make([]string, 0, n)
 		for len(out) < n {
-			if k := rng.IntN(size); !slices.Contains(out, k) {
-				out = append(out, k)
+			name := first[rng.IntN(len(first))] + sep + second[rng.IntN(len(second))]
+			if _, dup := g.byName[normName(name)]; !dup && !slices.Contains(out, name) {
+				out = append(out, name)
 			}
 		}
 		return out
 	}
-	pickNames := func(pool []string, n int) []string {
-		out := make([]string, n)
-		for i, k := range distinct(len(pool), n) {
-			out[i] = pool[k]
-		}
-		return out
-	}
-	pairNames := func(first, second []string, n int) []string {
-		out := make([]string, n)
-		for i, k := range distinct(len(first)*len(second), n) {
-			out[i] = first[k/len(second)] + " " + second[k%len(second)]
-		}
-		return out
-	}
 	ids := map[string][]int{}
-	names := map[string][]string{
-		country: pickNames(p.countries, typeSize(country)),
-		city:    pickNames(p.cities, typeSize(city)),
-		company: pickNames(p.companies, typeSize(company)),
-		person:  pairNames(p.firstNames, p.lastNames, typeSize(person)),
-		film:    pairNames(p.filmFirst, p.filmSecond, typeSize(film)),
-	}
-	for _, typ := range []string{country, city, company, person, film} {
-		for _, n := range names[typ] {
+	add := func(typ string, ns []string) {
+		for _, n := range ns {
 			ids[typ] = append(ids[typ], g.add(n, typ))
 		}
 	}
-	any := func(typ string) int { return ids[typ][rng.IntN(len(ids[typ]))] }
+	add(country, names(p.countryStems, p.countryEnds, "", typeSize(country)))
+	add(city, names(p.cityStems, p.citySuffixes, "", typeSize(city)))
+	add(company, names(p.companyStems, p.companyEnds, "", typeSize(company)))
+	add(person, names(p.firstNames, p.lastNames, " ", typeSize(person)))
+	add(film, names(p.filmFirst, p.filmSecond, " ", typeSize(film)))
+	pick := func(typ string) int { return ids[typ][rng.IntN(len(ids[typ]))] }
 	for _, c := range ids[city] {
-		g.link(c, "city.located_in", any(country))
+		g.link(c, "city.located_in", pick(country))
 	}
 	for _, c := range ids[company] {
-		g.link(c, "company.headquartered_in", any(city))
+		g.link(c, "company.headquartered_in", pick(city))
 	}
 	for _, pp := range ids[person] {
-		born := any(city)
+		born := pick(city)
 		g.link(pp, "person.born_in", born)
 		nation := g.ents[born].edges["city.located_in"][0]
 		if rng.IntN(10) < 3 {
-			nation = any(country)
+			nation = pick(country)
 		}
 		g.link(pp, "person.nationality", nation)
 		if rng.IntN(10) < 7 {
-			g.link(pp, "person.works_for", any(company))
+			g.link(pp, "person.works_for", pick(company))
 		}
 	}
 	directors := ids[person][:6]
@@ -164,12 +149,12 @@ func drawGraph(s *schema, rng *rand.Rand) *graph {
 			g.link(f, "film.directed_by", directors[rng.IntN(len(directors))])
 		}
 		for range 2 + rng.IntN(2) {
-			g.link(f, "film.starring", any(person))
+			g.link(f, "film.starring", pick(person))
 		}
 		for range 1 + rng.IntN(10)/6 {
-			g.link(f, "film.produced_by", any(company))
+			g.link(f, "film.produced_by", pick(company))
 		}
-		g.link(f, "film.filmed_in", any(city))
+		g.link(f, "film.filmed_in", pick(city))
 	}
 	for _, typ := range []string{country, city, company, person, film} {
 		for _, a := range s.attrsOf[typ] {
@@ -194,9 +179,10 @@ type question struct {
 	entities    []int
 	program     []step
 	// The question says what it asks for: how many (a number) of some type, the entity of some type with
-	// the highest or lowest value, or entities of some type.
-	asksCount, asksExtreme bool
-	typ                    string
+	// the highest (argmax) or lowest (argmin) value, or entities of some type.
+	asksCount bool
+	extreme   string // toolArgmax, toolArgmin or ""
+	typ       string
 }
 
 // mention names an entity in a question.
@@ -333,7 +319,13 @@ func drawQuestion(g *graph, rng *rand.Rand, sh shape) (question, bool) {
 			return q, false
 		}
 	}
-	q.asksCount, q.asksExtreme, q.typ = final.isNum, sh == extreme1 || sh == extreme2, final.typ
+	q.asksCount, q.typ = final.isNum, final.typ
+	switch last := q.program[len(q.program)-1].op; last {
+	case opArgmax:
+		q.extreme = toolArgmax
+	case opArgmin:
+		q.extreme = toolArgmin
+	}
 	if final.isNum {
 		q.typ = vals[len(vals)-2].typ
 	}

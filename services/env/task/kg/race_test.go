@@ -1,0 +1,5 @@
+//go:build race
+
+package kg
+
+const raceEnabled = true
