@@ -28,27 +28,28 @@ import (
 )
 
 type upCmd struct {
-	Tasks        []string      `name:"tasks" default:"alfworld" help:"Task families to train on, comma separated."`
-	Minutes      float64       `name:"minutes" default:"4" help:"Training time budget."`
-	Seed         uint64        `name:"seed" default:"1" help:"Seed of the policy, instance draws and evaluation."`
-	Out          string        `name:"out" default:"out/run" help:"Output folder."`
-	NATS         string        `name:"nats" help:"Use this NATS server instead of an embedded one."`
-	Fresh        bool          `name:"fresh" default:"true" negatable:"" help:"Start from scratch (delete the data of an earlier run)."`
-	GroupSize    int           `name:"group-size" default:"8" help:"GRPO group size G."`
-	BatchSize    int           `name:"batch-size" default:"64" help:"Batch size B in episodes."`
-	Eta          int           `name:"eta" default:"2" help:"Staleness bound (0: synchronous)."`
-	Rollouts     int           `name:"rollouts" default:"1" help:"Rollout replicas."`
-	EnvHosts     int           `name:"env-hosts" default:"1" help:"Env hosts."`
-	Concurrency  int           `name:"concurrency" default:"64" help:"Episodes each rollout replica plays at once."`
-	StaleProb    float64       `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
-	LR           float64       `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
-	Epochs       int           `name:"epochs" default:"2" help:"PPO epochs per batch."`
-	EvalEpisodes int           `name:"eval-episodes" default:"200" help:"Held-out episodes per task for the before/after evaluation."`
-	EvalEvery    time.Duration `name:"eval-every" default:"30s" help:"Held-out evaluation period during training (0: off)."`
-	Target       float64       `name:"target" default:"0" help:"Stop early once held-out success reaches this on every task (0: never)."`
-	LogLevel     string        `name:"log-level" default:"info" help:"Level of the log written to <out>/jetrl.log."`
-	MetricsAddr  string        `name:"metrics-addr" default:"127.0.0.1:9090" help:"Serve every service's Prometheus metrics on /metrics here (empty: off)."`
-	Quiet        bool          `name:"quiet" help:"No progress display."`
+	Tasks        []string           `name:"tasks" default:"alfworld" help:"Task families to train on, comma separated."`
+	TaskWeights  map[string]float64 `name:"task-weights" mapsep:"," help:"Share of rollout groups per task, e.g. alfworld=2,os=2 (default 1 each)."`
+	Minutes      float64            `name:"minutes" default:"4" help:"Training time budget."`
+	Seed         uint64             `name:"seed" default:"1" help:"Seed of the policy, instance draws and evaluation."`
+	Out          string             `name:"out" default:"out/run" help:"Output folder."`
+	NATS         string             `name:"nats" help:"Use this NATS server instead of an embedded one."`
+	Fresh        bool               `name:"fresh" default:"true" negatable:"" help:"Start from scratch (delete the data of an earlier run)."`
+	GroupSize    int                `name:"group-size" default:"8" help:"GRPO group size G."`
+	BatchSize    int                `name:"batch-size" default:"64" help:"Batch size B in episodes."`
+	Eta          int                `name:"eta" default:"2" help:"Staleness bound (0: synchronous)."`
+	Rollouts     int                `name:"rollouts" default:"1" help:"Rollout replicas."`
+	EnvHosts     int                `name:"env-hosts" default:"1" help:"Env hosts."`
+	Concurrency  int                `name:"concurrency" default:"64" help:"Episodes each rollout replica plays at once."`
+	StaleProb    float64            `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
+	LR           float64            `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
+	Epochs       int                `name:"epochs" default:"2" help:"PPO epochs per batch."`
+	EvalEpisodes int                `name:"eval-episodes" default:"200" help:"Held-out episodes per task for the before/after evaluation."`
+	EvalEvery    time.Duration      `name:"eval-every" default:"30s" help:"Held-out evaluation period during training (0: off)."`
+	Target       float64            `name:"target" default:"0" help:"Stop early once held-out success reaches this on every task (0: never)."`
+	LogLevel     string             `name:"log-level" default:"info" help:"Level of the log written to <out>/jetrl.log."`
+	MetricsAddr  string             `name:"metrics-addr" default:"127.0.0.1:9090" help:"Serve every service's Prometheus metrics on /metrics here (empty: off)."`
+	Quiet        bool               `name:"quiet" help:"No progress display."`
 }
 
 func (c *upCmd) Validate() error {
@@ -122,7 +123,7 @@ func (c *upCmd) Run(g *globals) error {
 	tcfg.Epochs = c.Epochs
 	tcfg.Adam.LR = c.LR
 	m, err := mesh.Start(ctx, mesh.Config{
-		NATSURL: url, Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
+		NATSURL: url, Tasks: c.Tasks, TaskWeights: c.TaskWeights, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 		EnvHosts: c.EnvHosts, Rollouts: c.Rollouts, StaleProb: c.StaleProb,
 		Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 		Rollout: rollout.Config{Concurrency: c.Concurrency},
@@ -262,7 +263,7 @@ loop:
 		Tasks: map[string]runout.TaskSummary{}, EpisodesTrained: tstats.EpisodesTrained, PolicyVersion: tstats.Version,
 		WallSeconds: wall.Seconds(), InfraFailures: infra, Seed: c.Seed,
 		Staleness: runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped},
-		Config: map[string]any{"tasks": c.Tasks, "minutes": c.Minutes, "group_size": c.GroupSize, "batch_size": c.BatchSize,
+		Config: map[string]any{"tasks": c.Tasks, "task_weights": c.TaskWeights, "minutes": c.Minutes, "group_size": c.GroupSize, "batch_size": c.BatchSize,
 			"eta": c.Eta, "rollouts": c.Rollouts, "env_hosts": c.EnvHosts, "concurrency": c.Concurrency, "stale_prob": c.StaleProb,
 			"lr": c.LR, "epochs": c.Epochs, "last_batch": last.BatchID},
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -42,8 +43,10 @@ const (
 type Config struct {
 	// ID names the replica in logs and episodes; default: a random id.
 	ID string
-	// Tasks to train on, drawn in turn (each group is one task instance).
+	// Tasks to train on (each group is one task instance), interleaved in proportion to TaskWeights.
 	Tasks []string
+	// TaskWeights gives each task its share of groups; a task missing from it weighs 1.
+	TaskWeights map[string]float64
 	// GroupSize is G, the samples of one instance; BatchSize is B in episodes (a multiple of G).
 	GroupSize, BatchSize int
 	// Eta is the staleness bound; 0 is synchronous.
@@ -100,6 +103,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Eta < 0 {
 		errs = append(errs, fmt.Errorf("rollout: eta %d must be >= 0", c.Eta))
+	}
+	for t, w := range c.TaskWeights {
+		if !(w > 0) || math.IsInf(w, 0) {
+			errs = append(errs, fmt.Errorf("rollout: weight %v of task %s must be a positive number", w, t))
+		}
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("rollout: concurrency %d must be at least 1", c.Concurrency))
@@ -235,6 +243,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, r.cfg.Concurrency)
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, hashString(r.cfg.ID)))
+	schedule := NewTaskSchedule(r.cfg.Tasks, r.cfg.TaskWeights)
 	r.running.Store(true)
 	log.Info().Strs("tasks", r.cfg.Tasks).Int("group", r.cfg.GroupSize).Int("batch", r.cfg.BatchSize).Int("eta", r.cfg.Eta).Msg("rollout started")
 
@@ -254,7 +263,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 			break
 		}
 		r.gateWait.Observe(time.Since(t0).Seconds())
-		task := r.cfg.Tasks[g%len(r.cfg.Tasks)]
+		task := schedule.Next()
 		groupID := nuid.Next()
 		seed := rng.Uint64()
 		for k := 0; k < r.cfg.GroupSize; k++ {
@@ -341,6 +350,41 @@ func (r *Rollout) publish(ctx context.Context, js jetstream.JetStream, ep proto.
 	r.turns.Add(float64(len(ep.Turns)))
 	r.published.WithLabelValues(ep.Task, status).Inc()
 	log.Debug().Str("episode", ep.ID).Str("task", ep.Task).Str("status", status).Float64("reward", ep.Reward).Int("turns", len(ep.Turns)).Msg("episode published")
+}
+
+// TaskSchedule interleaves tasks in proportion to their weights (smooth weighted round robin), so that
+// every task is played steadily rather than in bursts.
+type TaskSchedule struct {
+	tasks   []string
+	weights []float64
+	current []float64
+	total   float64
+}
+
+// NewTaskSchedule returns the schedule of tasks; a task missing from weights weighs 1.
+func NewTaskSchedule(tasks []string, weights map[string]float64) *TaskSchedule {
+	s := &TaskSchedule{tasks: tasks, weights: make([]float64, len(tasks)), current: make([]float64, len(tasks))}
+	for i, t := range tasks {
+		s.weights[i] = 1
+		if w, ok := weights[t]; ok {
+			s.weights[i] = w
+		}
+		s.total += s.weights[i]
+	}
+	return s
+}
+
+// Next returns the task of the next group.
+func (s *TaskSchedule) Next() string {
+	best := 0
+	for i := range s.tasks {
+		s.current[i] += s.weights[i]
+		if s.current[i] > s.current[best] {
+			best = i
+		}
+	}
+	s.current[best] -= s.total
+	return s.tasks[best]
 }
 
 func acquire(ctx context.Context, slots chan struct{}, n int) error {

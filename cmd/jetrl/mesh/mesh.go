@@ -24,21 +24,23 @@ import (
 
 // Config of an in-process mesh.
 type Config struct {
-	NATSURL    string
-	Tasks      []string
-	Seed       uint64
-	GroupSize  int
-	BatchSize  int
-	Eta        int
-	EnvHosts   int
-	Rollouts   int
-	StaleProb  float64
-	Trainer    trainer.Config
-	Normalizer normalizer.Config
-	Rollout    rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
-	Env        env.Config     // template for every host
-	Families   task.Registry  // default: the built-in families
-	Log        zerolog.Logger
+	NATSURL string
+	Tasks   []string
+	// TaskWeights gives each task its share of rollout groups (default 1 each).
+	TaskWeights map[string]float64
+	Seed        uint64
+	GroupSize   int
+	BatchSize   int
+	Eta         int
+	EnvHosts    int
+	Rollouts    int
+	StaleProb   float64
+	Trainer     trainer.Config
+	Normalizer  normalizer.Config
+	Rollout     rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
+	Env         env.Config     // template for every host
+	Families    task.Registry  // default: the built-in families
+	Log         zerolog.Logger
 	// Metrics, if set, receives every service's metrics, labelled with the service replica.
 	Metrics prometheus.Registerer
 }
@@ -172,7 +174,7 @@ func (m *Mesh) StartRollouts(ctx context.Context) error {
 			return err
 		}
 		rc := m.cfg.Rollout
-		rc.Tasks, rc.GroupSize, rc.BatchSize, rc.Eta = m.cfg.Tasks, m.cfg.GroupSize, m.cfg.BatchSize, m.cfg.Eta
+		rc.Tasks, rc.TaskWeights, rc.GroupSize, rc.BatchSize, rc.Eta = m.cfg.Tasks, m.cfg.TaskWeights, m.cfg.GroupSize, m.cfg.BatchSize, m.cfg.Eta
 		rc.Seed, rc.StaleProb = m.cfg.Seed+uint64(i)*7919, m.cfg.StaleProb
 		m.rollouts++
 		r, err := rollout.New(rc, rollout.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "rollout").Logger(), Metrics: m.cfg.registerer(fmt.Sprintf("rollout-%d", m.rollouts))})

@@ -11,22 +11,23 @@ import (
 
 type cli struct {
 	config.Common
-	ID          string   `name:"id" env:"JETRL_ROLLOUT_ID" help:"Replica id (default: random)."`
-	Tasks       []string `name:"tasks" env:"JETRL_TASKS" default:"alfworld" help:"Task families to train on."`
-	GroupSize   int      `name:"group-size" env:"JETRL_GROUP_SIZE" default:"8" help:"GRPO group size G."`
-	BatchSize   int      `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
-	Eta         int      `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound (0: synchronous)."`
-	Concurrency int      `name:"concurrency" env:"JETRL_ROLLOUT_CONCURRENCY" default:"64" help:"Episodes played at once."`
-	StaleProb   float64  `name:"stale-prob" env:"JETRL_STALE_PROB" default:"0" help:"Probability a turn uses the stale policy copy."`
-	StaleEvery  int64    `name:"stale-every" env:"JETRL_STALE_EVERY" default:"25" help:"Refresh the stale copy every this many versions."`
-	Seed        uint64   `name:"seed" env:"JETRL_SEED" default:"1" help:"Seed of instance draws and sampling."`
+	ID          string             `name:"id" env:"JETRL_ROLLOUT_ID" help:"Replica id (default: random)."`
+	Tasks       []string           `name:"tasks" env:"JETRL_TASKS" default:"alfworld" help:"Task families to train on."`
+	TaskWeights map[string]float64 `name:"task-weights" env:"JETRL_TASK_WEIGHTS" mapsep:"," help:"Share of groups per task, e.g. alfworld=2,os=2 (default 1 each)."`
+	GroupSize   int                `name:"group-size" env:"JETRL_GROUP_SIZE" default:"8" help:"GRPO group size G."`
+	BatchSize   int                `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
+	Eta         int                `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound (0: synchronous)."`
+	Concurrency int                `name:"concurrency" env:"JETRL_ROLLOUT_CONCURRENCY" default:"64" help:"Episodes played at once."`
+	StaleProb   float64            `name:"stale-prob" env:"JETRL_STALE_PROB" default:"0" help:"Probability a turn uses the stale policy copy."`
+	StaleEvery  int64              `name:"stale-every" env:"JETRL_STALE_EVERY" default:"25" help:"Refresh the stale copy every this many versions."`
+	Seed        uint64             `name:"seed" env:"JETRL_SEED" default:"1" help:"Seed of instance draws and sampling."`
 }
 
 func main() {
 	var c cli
 	k := kong.Parse(&c, kong.Description("jetrl rollout replica: plays episodes and publishes them."))
 	k.FatalIfErrorf(config.Run("rollout", c.Common, func(ctx context.Context, p config.Process) error {
-		r, err := rollout.New(rollout.Config{ID: c.ID, Tasks: c.Tasks, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
+		r, err := rollout.New(rollout.Config{ID: c.ID, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 			Concurrency: c.Concurrency, StaleProb: c.StaleProb, StaleEvery: c.StaleEvery, Seed: c.Seed},
 			rollout.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
