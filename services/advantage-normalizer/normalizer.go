@@ -118,27 +118,15 @@ func (n *Normalizer) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	it, err := cons.Messages(jetstream.PullMaxMessages(16))
-	if err != nil {
-		return fmt.Errorf("advantage-normalizer messages: %w", err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
 	n.running.Store(true)
 	defer n.running.Store(false)
 	log.Info().Bool("task_norm", n.cfg.TaskNorm).Float64("abnormal_reward", n.cfg.AbnormalReward).Msg("advantage-normalizer started")
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				log.Info().Interface("stats", n.Stats()).Msg("advantage-normalizer stopped")
-				return nil
-			}
-			log.Warn().Err(err).Msg("next batch")
-			continue
-		}
+	err = bus.ConsumeInOrder(ctx, cons, 16, log, func(m jetstream.Msg) error {
 		n.handle(ctx, js, m, log)
-	}
+		return nil
+	})
+	log.Info().Interface("stats", n.Stats()).Msg("advantage-normalizer stopped")
+	return err
 }
 
 func (n *Normalizer) handle(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {

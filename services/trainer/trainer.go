@@ -213,29 +213,12 @@ func (t *Trainer) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	it, err := cons.Messages(jetstream.PullMaxMessages(2))
-	if err != nil {
-		return fmt.Errorf("trainer messages: %w", err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
 	t.running.Store(true)
 	defer t.running.Store(false)
 	log.Info().Int64("version", t.cp.Version).Int("params", t.model.NumParams()).Msg("trainer started")
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				log.Info().Interface("stats", t.Stats()).Msg("trainer stopped")
-				return nil
-			}
-			log.Warn().Err(err).Msg("next train batch")
-			continue
-		}
-		if err := t.handle(ctx, st, m, log); err != nil {
-			return err
-		}
-	}
+	err = bus.ConsumeInOrder(ctx, cons, 2, log, func(m jetstream.Msg) error { return t.handle(ctx, st, m, log) })
+	log.Info().Interface("stats", t.Stats()).Msg("trainer stopped")
+	return err
 }
 
 // restore loads the checkpoint, or makes a new policy at version 0.
