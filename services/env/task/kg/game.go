@@ -294,7 +294,7 @@ func parseArgs(raw string, names []string) ([]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("missing required %q", n)
 		}
-		if err := json.Unmarshal(v, &out[i]); err != nil || v[0] != '"' { // null would leave "" silently
+		if err := json.Unmarshal(v, &out[i]); err != nil || len(v) == 0 || v[0] != '"' { // null would leave "" silently
 			return nil, fmt.Errorf("%q must be a string, got %s", n, clip(string(v)))
 		}
 		if strings.TrimSpace(out[i]) == "" {

@@ -461,3 +461,34 @@ func TestRandomPerShape(t *testing.T) {
 		}
 	}
 }
+
+// FuzzStep feeds arbitrary calls to an instance: none may panic, end the game unless it is an answer,
+// or leave it without admissible calls.
+func FuzzStep(f *testing.F) {
+	for _, c := range []proto.ToolCall{
+		call(toolGetRelations, "variable", "Silent Harbor"),
+		call(toolGetNeighbors, "variable", "#0", "relation", "film.directed_by"),
+		call(toolIntersection, "variable1", "#0", "variable2", "#1"),
+		call(toolArgmax, "variable", "#1", "attribute", "person.height"),
+		call(toolAnswer, "variable", "#0"),
+		{Name: toolCount, Arguments: `{"variable":"\u0000#9999999999999999999"}`},
+	} {
+		f.Add(c.Name, c.Arguments, c.Name, c.Arguments)
+	}
+	f.Fuzz(func(t *testing.T, name1, args1, name2, args2 string) {
+		gm := tinyGame(t)
+		gm.Step(call(toolGetNeighbors, "variable", "Silent Harbor", "relation", "film.directed_by"))
+		for _, c := range []proto.ToolCall{{Name: name1, Arguments: args1}, {Name: name2, Arguments: args2}} {
+			if gm.done {
+				break
+			}
+			r := gm.Step(c)
+			if r.Done && c.Name != toolAnswer {
+				t.Fatalf("%s %s ended the game", c.Name, c.Arguments)
+			}
+			if !r.Done && len(r.Admissible) == 0 {
+				t.Fatalf("%s %s: no admissible calls", c.Name, c.Arguments)
+			}
+		}
+	})
+}

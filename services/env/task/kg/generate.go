@@ -320,7 +320,7 @@ func drawQuestion(g *graph, rng *rand.Rand, sh shape) (question, bool) {
 		}
 	}
 	q.asksCount, q.typ = final.isNum, final.typ
-	switch last := q.program[len(q.program)-1].op; last {
+	switch q.program[len(q.program)-1].op {
 	case opArgmax:
 		q.extreme = toolArgmax
 	case opArgmin:
@@ -366,10 +366,7 @@ func (g *graph) countShortcut(e int, rels []string, vs []value) bool {
 	if want < 2 {
 		return true
 	}
-	from := []value{g.single(e)}
-	for _, v := range vs {
-		from = append(from, v)
-	}
+	from := append([]value{g.single(e)}, vs...)
 	for i, v := range from {
 		if i > 0 && i < len(from)-1 && len(v.set) == want {
 			return true

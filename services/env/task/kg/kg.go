@@ -1,9 +1,22 @@
 // Package kg is a knowledge-graph question-answering game after AgentBench's KG task (function-call
-// version): each instance generates a small knowledge graph of films, people, cities, companies and
-// countries and asks a multi-hop question about it. The agent explores the graph with AgentBench's tools,
-// get_relations, get_neighbors, intersection, get_attributes, argmax, argmin and count, whose results are
-// variables #0, #1, ...; it ends the episode with answer(variable), rewarded 1 when that variable holds
-// exactly the gold answer.
+// version). Each instance generates a small knowledge graph (films, people, cities, companies and
+// countries; relations such as film.directed_by, person.born_in, company.headquartered_in; numeric
+// attributes such as city.population) and asks a multi-hop question about it: a chain of two or three
+// relations, the intersection of two one-hop sets, the entity with the highest or lowest attribute after
+// one or two hops, or how many entities two hops reach. The agent explores the graph with AgentBench's
+// tools, get_relations, get_neighbors, intersection, get_attributes, argmax, argmin and count, whose
+// results are variables #0, #1, ...; answer(variable) ends the episode, rewarded 1 when the variable holds
+// exactly the gold answer (a set of entities or a number).
+//
+// Every relation's question phrase uses that relation's own keyword ("the people who directed X" for
+// film.directed_by, "the natives of X" for city.natives), so the words of a question point at the
+// relations to follow, as Freebase relation names do in AgentBench's questions. The admissible list holds
+// the calls that make sense now: get_relations on the question's entities and the two latest variables;
+// get_neighbors along the relations get_relations revealed for them; intersections of the two latest
+// variables of one type; and, on those of the type the question asks about, the operations the question
+// asks for (get_attributes and argmax or argmin along revealed attributes for "the highest" or "the
+// lowest", count for "how many") and answer (on the count's number for "how many"). An agent may call
+// anything else, too; a call that does not fit gets an "invalid argument" observation.
 package kg
 
 import (
