@@ -45,6 +45,9 @@ type Config struct {
 	ID string
 	// BatchSize is B: a batch holds whole groups with at least B usable episodes.
 	BatchSize int
+	// MaxBatchSize bounds a batch when more groups are ready than B needs: it takes every ready group up to
+	// this many episodes (default 2B), so data that is there trains now instead of waiting a version.
+	MaxBatchSize int
 	// Eta is the staleness bound: an episode admitted at version s is dropped once the trainer is past s+Eta.
 	Eta int
 	// GroupTimeout releases a group that is still missing members (their rollout died) after this long.
@@ -61,6 +64,9 @@ func (c *Config) SetDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
+	if c.MaxBatchSize == 0 {
+		c.MaxBatchSize = 2 * c.BatchSize
+	}
 	if c.GroupTimeout == 0 {
 		c.GroupTimeout = DefaultGroupTimeout
 	}
@@ -74,6 +80,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("replay-buffer: batch size %d must be at least 1", c.BatchSize))
+	}
+	if c.MaxBatchSize < c.BatchSize {
+		errs = append(errs, fmt.Errorf("replay-buffer: max batch size %d must be at least the batch size %d", c.MaxBatchSize, c.BatchSize))
 	}
 	if c.Eta < 0 {
 		errs = append(errs, fmt.Errorf("replay-buffer: eta %d must be >= 0", c.Eta))
@@ -334,8 +343,8 @@ func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
 	}
 }
 
-// release publishes one batch when the ready groups hold at least BatchSize usable episodes, and settles
-// groups that cannot train (too few usable members).
+// release publishes one batch when the ready groups hold at least BatchSize usable episodes (taking every
+// ready group up to MaxBatchSize), and settles groups that cannot train (too few usable members).
 func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, log zerolog.Logger) error {
 	v := b.version.Load()
 	if v < 0 || len(b.ready) == 0 {
@@ -350,13 +359,13 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	var keep []*group
 	usable := 0
 	for _, g := range b.ready {
-		if usable >= b.cfg.BatchSize {
-			keep = append(keep, g)
-			continue
-		}
 		ok, masked, stale := b.split(g, v)
 		if len(ok) < b.cfg.MinGroup {
 			ok = nil
+		}
+		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
+			keep = append(keep, g)
+			continue
 		}
 		usable += len(ok)
 		take = append(take, settled{g, ok, masked, stale})

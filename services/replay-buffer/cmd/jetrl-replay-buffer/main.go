@@ -13,6 +13,7 @@ import (
 type cli struct {
 	config.Common
 	BatchSize    int           `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
+	MaxBatchSize int           `name:"max-batch-size" env:"JETRL_MAX_BATCH_SIZE" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
 	Eta          int           `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
 	GroupTimeout time.Duration `name:"group-timeout" env:"JETRL_GROUP_TIMEOUT" default:"2m" help:"Release a group missing members after this long."`
 }
@@ -21,7 +22,7 @@ func main() {
 	var c cli
 	k := kong.Parse(&c, kong.Description("jetrl replay-buffer: groups episodes and releases batches."))
 	k.FatalIfErrorf(config.Run("replay-buffer", c.Common, func(ctx context.Context, p config.Process) error {
-		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout},
+		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
