@@ -1,5 +1,5 @@
 // Command jetrl is the operator CLI: run the whole mesh in one process (up), evaluate weights (eval),
-// and read a run's streams back (replay).
+// read a run's streams back (replay), and ask a running mesh for its counters (status).
 package main
 
 import (
@@ -17,6 +17,7 @@ type cli struct {
 	Up     upCmd     `cmd:"" help:"Start NATS (embedded unless --nats) and all five services, train, and write results."`
 	Eval   evalCmd   `cmd:"" help:"Evaluate weights (or the random / scripted policy) on held-out instances."`
 	Replay replayCmd `cmd:"" help:"Print a stream of a run as JSON lines, from a sequence or a time."`
+	Status statusCmd `cmd:"" help:"Print the counters of every service replica of a running mesh."`
 }
 
 func main() {

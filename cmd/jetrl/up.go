@@ -143,6 +143,8 @@ func (c *upCmd) Run(g *globals) error {
 		}
 	}
 	say("jetrl up: tasks %s, %v minutes, out %s (log: %s)", strings.Join(c.Tasks, ","), c.Minutes, c.Out, filepath.Join(c.Out, runout.LogFile))
+	say("NATS at %s (jetrl status --nats %s)", url, url)
+	log.Info().Str("nats", url).Msg("mesh up")
 	say("evaluating the untrained policy on %d held-out episodes per task...", c.EvalEpisodes)
 	before, _, err := evalCurrent(ctx, js, env, c.Tasks, c.EvalEpisodes, c.Seed)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/jetrl/jetrl/shared/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -73,7 +71,7 @@ type Stats struct {
 // New validates the configuration and builds the service.
 func New(cfg Config, deps Deps) (*Normalizer, error) {
 	if cfg.ID == "" {
-		cfg.ID = strings.ToLower(nuid.Next()[:10])
+		cfg.ID = service.NewID()
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +21,6 @@ import (
 	"github.com/jetrl/jetrl/shared/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -59,7 +57,7 @@ type Config struct {
 // SetDefaults fills unset fields.
 func (c *Config) SetDefaults() {
 	if c.ID == "" {
-		c.ID = strings.ToLower(nuid.Next()[:10])
+		c.ID = service.NewID()
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +66,7 @@ type Config struct {
 // SetDefaults fills unset fields.
 func (c *Config) SetDefaults() {
 	if c.ID == "" {
-		c.ID = strings.ToLower(nuid.Next()[:10])
+		c.ID = service.NewID()
 	}
 	if c.GroupSize == 0 {
 		c.GroupSize = DefaultGroupSize

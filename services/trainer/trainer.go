@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +21,6 @@ import (
 	"github.com/jetrl/jetrl/shared/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -132,7 +130,7 @@ type Stats struct {
 // New validates the configuration and builds the trainer.
 func New(cfg Config, deps Deps) (*Trainer, error) {
 	if cfg.ID == "" {
-		cfg.ID = strings.ToLower(nuid.Next()[:10])
+		cfg.ID = service.NewID()
 	}
 	cfg.Model.SetDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -5,10 +5,12 @@ package service
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 )
 
 // Announce registers the service; status is called on each request to proto.SubjectStatus(name).
@@ -36,4 +38,10 @@ func Announce(nc *nats.Conn, name, id string, status func() any) (micro.Service,
 		return nil, fmt.Errorf("announce %s: %w", name, err)
 	}
 	return svc, nil
+}
+
+// NewID returns a short random id for a service replica (rollout, trainer, ...) that was given none.
+func NewID() string {
+	// The last part of a NUID is the per-call sequence; its first part is shared by the whole process.
+	return strings.ToLower(nuid.Next()[12:])
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/nats-io/nats.go"
+)
+
+type statusCmd struct {
+	NATS string        `name:"nats" required:"" env:"JETRL_NATS_URL" help:"NATS server URL of a running mesh."`
+	Wait time.Duration `name:"wait" default:"500ms" help:"How long to gather answers."`
+	JSON bool          `name:"json" help:"Print one JSON object per service replica."`
+}
+
+// statusServices are the services that answer on proto.SubjectStatus.
+var statusServices = []string{"rollout", "replay-buffer", "advantage-normalizer", "trainer"}
+
+// Run asks every replica of every service for its counters (each replica answers the same request) and
+// prints what arrives within --wait.
+func (c *statusCmd) Run(g *globals) error {
+	ctx, stop := signalContext()
+	defer stop()
+	log, _ := logging.New("jetrl-status", "error", false, os.Stderr)
+	nc, err := bus.Connect(ctx, c.NATS, "jetrl-status", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var replies []map[string]any
+	for _, svc := range statusServices {
+		got, err := gather(nc, proto.SubjectStatus(svc), c.Wait)
+		if err != nil {
+			return err
+		}
+		if len(got) == 0 {
+			replies = append(replies, map[string]any{"service": svc, "status": "no replica answered"})
+		}
+		replies = append(replies, got...)
+	}
+	for _, r := range replies {
+		if c.JSON {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+			continue
+		}
+		fmt.Printf("%s %v\n", r["service"], r["id"])
+		st, ok := r["status"].(map[string]any)
+		if !ok {
+			fmt.Printf("  %v\n", r["status"])
+			continue
+		}
+		keys := make([]string, 0, len(st))
+		for k := range st {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Printf("  %-28s %v\n", k, st[k])
+		}
+	}
+	return nil
+}
+
+// gather sends one request and collects every reply that arrives within wait.
+func gather(nc *nats.Conn, subject string, wait time.Duration) ([]map[string]any, error) {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, err
+	}
+	var out []map[string]any
+	deadline := time.Now().Add(wait)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return out, nil // the wait is over
+		}
+		var r map[string]any
+		if json.Unmarshal(msg.Data, &r) == nil {
+			out = append(out, r)
+		}
+	}
+}
