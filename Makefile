@@ -44,3 +44,12 @@ bench:
 
 clean:
 	rm -rf $(BIN) out
+
+# Scratch images of the five services and nats-server from the static binaries in bin/ (nothing is pulled):
+# jetrl/<service>:dev and jetrl/nats-server:dev. See deploy/ and docker-compose.yml.
+IMAGE_TAG ?= dev
+.PHONY: images
+images: build
+	$(GO) build -o $(BIN)/jetrl-healthcheck ./cmd/jetrl/healthcheck
+	@for s in $(SERVICES) nats-server; do echo "docker build -f deploy/docker/$$s.Dockerfile -t jetrl/$$s:$(IMAGE_TAG) ."; \
+		docker build -q -f deploy/docker/$$s.Dockerfile -t jetrl/$$s:$(IMAGE_TAG) . || exit 1; done
