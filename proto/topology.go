@@ -79,6 +79,10 @@ const (
 	// BucketAdmission holds the staleness gate's episode counter under KeyAdmission.
 	BucketAdmission = "jetrl_admission"
 	KeyAdmission    = "episodes"
+	// BucketRun holds the settings of the run in force under KeyRunConfig, as a JSON object keyed by setting
+	// name, so every service and operator sees the same values.
+	BucketRun    = "jetrl_run"
+	KeyRunConfig = "config"
 	// BucketWeights is the Object Store of policy weights, one object per version.
 	BucketWeights = "jetrl_weights"
 	// BucketCheckpoints is the Object Store of trainer checkpoints.
@@ -130,6 +134,7 @@ type KVSpec struct {
 var KVBuckets = []KVSpec{
 	{Bucket: BucketPolicy, History: 16},
 	{Bucket: BucketAdmission, History: 1},
+	{Bucket: BucketRun, History: 8},
 }
 
 // ObjectBuckets lists every Object Store bucket.

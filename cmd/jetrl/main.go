@@ -22,7 +22,8 @@ type cli struct {
 
 func main() {
 	var c cli
-	k := kong.Parse(&c, kong.Name("jetrl"), kong.Description("jetrl: asynchronous multi-turn RL for tool-using agents on NATS JetStream."), kong.UsageOnError())
+	k := kong.Parse(&c, kong.Name("jetrl"), kong.Description("jetrl: asynchronous multi-turn RL for tool-using agents on NATS JetStream."),
+		kong.UsageOnError(), kong.Configuration(loadRunConfig))
 	k.FatalIfErrorf(k.Run(&globals{}))
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -33,6 +35,13 @@ func (c *statusCmd) Run(g *globals) error {
 		return err
 	}
 	defer nc.Close()
+	if settings, err := runSettings(ctx, nc); err == nil {
+		if c.JSON {
+			fmt.Printf("{\"run\": %s}\n", bytes.TrimSpace(settings))
+		} else {
+			fmt.Printf("run settings (KV %s/%s):\n%s\n", proto.BucketRun, proto.KeyRunConfig, settings)
+		}
+	}
 	var replies []map[string]any
 	for _, svc := range statusServices {
 		got, err := gather(nc, proto.SubjectStatus(svc), c.Wait)
@@ -91,4 +100,21 @@ func gather(nc *nats.Conn, subject string, wait time.Duration) ([]map[string]any
 			out = append(out, r)
 		}
 	}
+}
+
+// runSettings reads the settings of the run in force from KV.
+func runSettings(ctx context.Context, nc *nats.Conn) ([]byte, error) {
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketRun)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, proto.KeyRunConfig)
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/jetrl/jetrl/cmd/jetrl/internal/runout"
 	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
 	"github.com/jetrl/jetrl/proto"
@@ -28,6 +29,7 @@ import (
 )
 
 type upCmd struct {
+	Config       kong.ConfigFlag    `name:"config" type:"existingfile" help:"YAML file of settings (keys are these flags' names); flags on the command line override it."`
 	Tasks        []string           `name:"tasks" default:"alfworld" help:"Task families to train on, comma separated."`
 	TaskWeights  map[string]float64 `name:"task-weights" mapsep:"," help:"Share of rollout groups per task, e.g. alfworld=2,os=2 (default 1 each)."`
 	Minutes      float64            `name:"minutes" default:"4" help:"Training time budget."`
@@ -44,6 +46,16 @@ type upCmd struct {
 	StaleProb    float64            `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
 	LR           float64            `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
 	Epochs       int                `name:"epochs" default:"2" help:"PPO epochs per batch."`
+	MaxBatchSize int                `name:"max-batch-size" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
+	StaleEvery   int64              `name:"stale-every" default:"25" help:"Cross-policy sampling: refresh the stale copy every this many versions."`
+	Clip         float64            `name:"clip" default:"0.2" help:"PPO clip ε."`
+	DualClip     float64            `name:"dual-clip" default:"3" help:"Dual clip c for negative advantages (0: off)."`
+	KLCoef       float64            `name:"kl-coef" default:"0" help:"KL penalty to the initial policy (k3 estimator; 0: off)."`
+	EntropyCoef  float64            `name:"entropy-coef" default:"0" help:"Entropy bonus (0: off)."`
+	Correction   string             `name:"correction" enum:"none,decoupled,truncated" default:"none" help:"Off-policy correction: none, decoupled (AReaL's proximal objective) or truncated (importance weights capped at --is-cap)."`
+	ISCap        float64            `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
+	TaskNorm     bool               `name:"task-norm" default:"true" negatable:"" help:"Task advantage normalization."`
+	AbnormalRew  float64            `name:"abnormal-reward" default:"-0.2" help:"Reward of episodes the agent ended abnormally (turn limit, invalid output)."`
 	EvalEpisodes int                `name:"eval-episodes" default:"200" help:"Held-out episodes per task for the before/after evaluation."`
 	EvalEvery    time.Duration      `name:"eval-every" default:"30s" help:"Held-out evaluation period during training (0: off)."`
 	Target       float64            `name:"target" default:"0" help:"Stop early once held-out success reaches this on every task (0: never)."`
@@ -113,6 +125,9 @@ func (c *upCmd) Run(g *globals) error {
 			return err
 		}
 	}
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		return err
+	}
 
 	reg := metrics.NewRegistry()
 	if _, _, err := metrics.Serve(ctx, c.MetricsAddr, reg); err != nil {
@@ -122,11 +137,15 @@ func (c *upCmd) Run(g *globals) error {
 	tcfg.Model.Seed = int64(c.Seed)
 	tcfg.Epochs = c.Epochs
 	tcfg.Adam.LR = c.LR
+	tcfg.Loss = trainer.Objective{Clip: c.Clip, DualClip: c.DualClip, KLCoef: c.KLCoef, EntropyCoef: c.EntropyCoef, Correction: c.Correction, ISCap: c.ISCap}
+	if err := c.recordSettings(ctx, js); err != nil {
+		return err
+	}
 	m, err := mesh.Start(ctx, mesh.Config{
 		NATSURL: url, Tasks: c.Tasks, TaskWeights: c.TaskWeights, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 		EnvHosts: c.EnvHosts, Rollouts: c.Rollouts, StaleProb: c.StaleProb,
-		Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
-		Rollout: rollout.Config{Concurrency: c.Concurrency},
+		Trainer: tcfg, Normalizer: normalizer.Config{AbnormalReward: c.AbnormalRew, TaskNorm: c.TaskNorm}, MaxBatchSize: c.MaxBatchSize,
+		Rollout: rollout.Config{Concurrency: c.Concurrency, StaleEvery: c.StaleEvery},
 		Log:     log, Metrics: reg,
 	})
 	if err != nil {
@@ -184,7 +203,6 @@ func (c *upCmd) Run(g *globals) error {
 	evalBusy := false
 	recent := map[string]*ema{}
 	trainedByTask := map[string]int64{}
-	var last proto.TrainStep
 	reached := false
 loop:
 	for {
@@ -199,7 +217,6 @@ loop:
 			if codec.Unmarshal(msg.Data, &ev) != nil {
 				continue
 			}
-			last = ev
 			p := runout.Point{Kind: "train", Seconds: time.Since(start).Seconds(), Version: ev.Version, EpisodesTrained: ev.EpisodesTrained,
 				Loss: ev.Loss, ClipFraction: ev.ClipFraction, MaxStaleness: ev.MaxStaleness, Tasks: map[string]runout.TaskPoint{}}
 			for t, st := range ev.Tasks {
@@ -265,9 +282,7 @@ loop:
 		Tasks: map[string]runout.TaskSummary{}, EpisodesTrained: tstats.EpisodesTrained, PolicyVersion: tstats.Version,
 		WallSeconds: wall.Seconds(), InfraFailures: infra, Seed: c.Seed,
 		Staleness: runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped},
-		Config: map[string]any{"tasks": c.Tasks, "task_weights": c.TaskWeights, "minutes": c.Minutes, "group_size": c.GroupSize, "batch_size": c.BatchSize,
-			"eta": c.Eta, "rollouts": c.Rollouts, "env_hosts": c.EnvHosts, "concurrency": c.Concurrency, "stale_prob": c.StaleProb,
-			"lr": c.LR, "epochs": c.Epochs, "last_batch": last.BatchID},
+		Config:    effectiveSettings(c),
 	}
 	for _, t := range c.Tasks {
 		sum.Tasks[t] = runout.TaskSummary{
@@ -296,6 +311,29 @@ loop:
 		filepath.Join(c.Out, runout.PlotFile), filepath.Join(c.Out, runout.WeightsFile))
 	m.Stop()
 	return m.Err()
+}
+
+// recordSettings writes the settings in force to <out>/config.yaml (loadable again with --config) and to
+// the run bucket in KV, where every service and `jetrl status` read them.
+func (c *upCmd) recordSettings(ctx context.Context, js jetstream.JetStream) error {
+	settings := effectiveSettings(c)
+	y, err := settingsYAML(settings)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.Out, runout.ConfigFile), y, 0o644); err != nil {
+		return err
+	}
+	j, err := settingsJSON(settings)
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketRun)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", proto.BucketRun, err)
+	}
+	_, err = kv.Put(ctx, proto.KeyRunConfig, j)
+	return err
 }
 
 type evalOutcome struct {

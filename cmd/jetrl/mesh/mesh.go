@@ -31,16 +31,18 @@ type Config struct {
 	Seed        uint64
 	GroupSize   int
 	BatchSize   int
-	Eta         int
-	EnvHosts    int
-	Rollouts    int
-	StaleProb   float64
-	Trainer     trainer.Config
-	Normalizer  normalizer.Config
-	Rollout     rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
-	Env         env.Config     // template for every host
-	Families    task.Registry  // default: the built-in families
-	Log         zerolog.Logger
+	// MaxBatchSize bounds the replay-buffer's variable batch (0: twice BatchSize).
+	MaxBatchSize int
+	Eta          int
+	EnvHosts     int
+	Rollouts     int
+	StaleProb    float64
+	Trainer      trainer.Config
+	Normalizer   normalizer.Config
+	Rollout      rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
+	Env          env.Config     // template for every host
+	Families     task.Registry  // default: the built-in families
+	Log          zerolog.Logger
 	// Metrics, if set, receives every service's metrics, labelled with the service replica.
 	Metrics prometheus.Registerer
 }
@@ -147,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if c, err = m.connect(ctx, "replay-buffer"); err != nil {
 		return nil, err
 	}
-	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, Eta: cfg.Eta},
+	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta},
 		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger(), Metrics: cfg.registerer("replay-buffer")}); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ const (
 	WeightsFile = "weights.bin"
 	PlotFile    = "training.png"
 	LogFile     = "jetrl.log"
+	ConfigFile  = "config.yaml"
 )
 
 // Point is one line of metrics.jsonl: a training step or a held-out evaluation.
