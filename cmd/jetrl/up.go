@@ -46,6 +46,7 @@ type upCmd struct {
 	StaleProb    float64            `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
 	LR           float64            `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
 	Epochs       int                `name:"epochs" default:"2" help:"PPO epochs per batch."`
+	TaskSalt     bool               `name:"task-salt" help:"Key the policy's candidate features by task, so families trained together share no weights."`
 	MaxBatchSize int                `name:"max-batch-size" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
 	StaleEvery   int64              `name:"stale-every" default:"25" help:"Cross-policy sampling: refresh the stale copy every this many versions."`
 	Clip         float64            `name:"clip" default:"0.2" help:"PPO clip ε."`
@@ -135,6 +136,7 @@ func (c *upCmd) Run(g *globals) error {
 	}
 	tcfg := trainer.DefaultConfig()
 	tcfg.Model.Seed = int64(c.Seed)
+	tcfg.Model.TaskSalt = c.TaskSalt
 	tcfg.Epochs = c.Epochs
 	tcfg.Adam.LR = c.LR
 	tcfg.Loss = trainer.Objective{Clip: c.Clip, DualClip: c.DualClip, KLCoef: c.KLCoef, EntropyCoef: c.EntropyCoef, Correction: c.Correction, ISCap: c.ISCap}

@@ -8,11 +8,14 @@ import (
 )
 
 // Weight file layout, little-endian: magic "JETRLPOL", format version uint32, Bits uint32, Temperature
-// float64, 1<<Bits float32 weights, then the IEEE CRC32 of everything before it.
+// float64, (version 2) flags uint32, 1<<Bits float32 weights, then the IEEE CRC32 of everything before it.
+// Version 1 files (no flags) are still read.
 const (
-	modelMagic   = "JETRLPOL"
-	modelVersion = 1
-	modelHeader  = len(modelMagic) + 4 + 4 + 8
+	modelMagic     = "JETRLPOL"
+	modelVersion   = 2
+	modelHeaderV1  = len(modelMagic) + 4 + 4 + 8
+	modelHeader    = modelHeaderV1 + 4
+	flagTaskSalted = 1 << 0
 )
 
 // MarshalBinary encodes the model in the weight file layout.
@@ -28,32 +31,48 @@ func (m *Model) MarshalBinary() ([]byte, error) {
 	b = binary.LittleEndian.AppendUint32(b, modelVersion)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Bits))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.Temperature))
+	var flags uint32
+	if m.TaskSalt {
+		flags |= flagTaskSalted
+	}
+	b = binary.LittleEndian.AppendUint32(b, flags)
 	b = appendFloat32s(b, m.Weights)
 	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b)), nil
 }
 
 // UnmarshalBinary decodes the weight file layout; on error m is left unchanged.
 func (m *Model) UnmarshalBinary(b []byte) error {
-	body, err := checkFrame(b, modelMagic, modelHeader)
+	body, err := checkFrame(b, modelMagic, modelHeaderV1)
 	if err != nil {
 		return err
 	}
-	if v := binary.LittleEndian.Uint32(body[8:]); v != modelVersion {
-		return fmt.Errorf("%w: weight format version %d, this build reads %d", ErrCorrupt, v, modelVersion)
+	header, flags := modelHeaderV1, uint32(0)
+	switch v := binary.LittleEndian.Uint32(body[8:]); v {
+	case 1:
+	case modelVersion:
+		if len(body) < modelHeader {
+			return fmt.Errorf("%w: weight file is %d bytes, shorter than its header", ErrCorrupt, len(b))
+		}
+		header, flags = modelHeader, binary.LittleEndian.Uint32(body[modelHeaderV1:])
+	default:
+		return fmt.Errorf("%w: weight format version %d, this build reads 1 and %d", ErrCorrupt, v, modelVersion)
+	}
+	if flags&^flagTaskSalted != 0 {
+		return fmt.Errorf("%w: unknown weight flags %#x", ErrCorrupt, flags)
 	}
 	bits := int(binary.LittleEndian.Uint32(body[12:]))
 	temperature := math.Float64frombits(binary.LittleEndian.Uint64(body[16:]))
 	if err := validateShape(bits, temperature); err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if want := modelHeader + 4<<bits; len(body) != want {
+	if want := header + 4<<bits; len(body) != want {
 		return fmt.Errorf("%w: weight file is %d bytes, Bits %d needs %d", ErrCorrupt, len(b), bits, want+4)
 	}
-	w, err := readFloat32s(body[modelHeader:], 1<<bits)
+	w, err := readFloat32s(body[header:], 1<<bits)
 	if err != nil {
 		return err
 	}
-	m.Bits, m.Temperature, m.Weights = bits, temperature, w
+	m.Bits, m.Temperature, m.Weights, m.TaskSalt = bits, temperature, w, flags&flagTaskSalted != 0
 	return nil
 }
 

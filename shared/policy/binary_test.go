@@ -15,7 +15,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 24 + 4<<12 + 4; len(b) != want {
+	if want := 28 + 4<<12 + 4; len(b) != want {
 		t.Fatalf("weight file is %d bytes, want %d", len(b), want)
 	}
 	got, err := Load(b)
@@ -55,7 +55,8 @@ func TestUnmarshalRejectsBadInput(t *testing.T) {
 		{"flipped weight byte", mutate(func(b []byte) []byte { b[100] ^= 0x10; return b })},
 		{"flipped checksum", mutate(func(b []byte) []byte { b[len(b)-1] ^= 1; return b })},
 		{"wrong magic", mutate(func(b []byte) []byte { copy(b, "JETRLADM"); return reframe(b) })},
-		{"future version", mutate(func(b []byte) []byte { b[8] = 2; return reframe(b) })},
+		{"future version", mutate(func(b []byte) []byte { b[8] = 3; return reframe(b) })},
+		{"unknown flag", mutate(func(b []byte) []byte { b[24] |= 2; return reframe(b) })},
 		{"bits out of range", mutate(func(b []byte) []byte { b[12] = 40; return reframe(b) })},
 		{"bits disagree with size", mutate(func(b []byte) []byte { b[12] = 11; return reframe(b) })},
 		{"zero temperature", mutate(func(b []byte) []byte { clear(b[16:24]); return reframe(b) })},
@@ -82,5 +83,47 @@ func TestMarshalRejectsInconsistentModel(t *testing.T) {
 	m.Weights = m.Weights[:100]
 	if _, err := m.MarshalBinary(); err == nil {
 		t.Fatal("marshalled 100 weights as Bits 10")
+	}
+}
+
+// A task-salted model keeps its flag through the weight file, and version 1 files (no flags) still load.
+func TestTaskSaltRoundTripAndVersion1(t *testing.T) {
+	m := newModel(t, Config{Bits: 10, Seed: 2, TaskSalt: true})
+	b, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(b)
+	if err != nil || !got.TaskSalt {
+		t.Fatalf("Load = %+v, %v; want TaskSalt kept", got != nil && got.TaskSalt, err)
+	}
+	// The same model in the version 1 layout: no flags word.
+	v1 := append([]byte(nil), b[:24]...)
+	v1[8] = 1
+	v1 = append(v1, b[28:len(b)-4]...)
+	v1 = reframe(append(v1, 0, 0, 0, 0))
+	old, err := Load(v1)
+	if err != nil || old.TaskSalt || !slices.Equal(old.Weights, m.Weights) {
+		t.Fatalf("version 1 file: %v (TaskSalt %v)", err, old != nil && old.TaskSalt)
+	}
+}
+
+// With TaskSalt, two tasks with the same texts score independently: training one leaves the other as it was.
+func TestTaskSaltSeparatesTasks(t *testing.T) {
+	m := newModel(t, Config{Bits: 20, Seed: 1, TaskSalt: true}) // large enough that hash collisions between the tasks are unlikely
+	in := Input{Task: "a", Instruction: "open the red door", Observation: "doors: red, blue", Candidates: []string{"open red door", "open blue door"}}
+	other := in
+	other.Task = "b"
+	before := m.Scores(other)
+	grad := make([]float64, m.NumParams())
+	m.AccumulateGrad(in, 0, 1, grad)
+	for i, g := range grad {
+		m.Weights[i] += float32(g)
+	}
+	if after := m.Scores(other); !slices.Equal(before, after) {
+		t.Fatalf("training task a moved task b's scores: %v -> %v", before, after)
+	}
+	if s := m.Scores(in); s[0] <= s[1] {
+		t.Fatalf("training task a did not move its own scores: %v", s)
 	}
 }

@@ -145,7 +145,7 @@ func containsSorted(sorted []uint64, w uint64) bool {
 }
 
 // extract hashes the tokens of in; see the package comment for the feature set.
-func extract(in Input) *features {
+func extract(in Input, taskSalt bool) *features {
 	hist := HistoryWindow(in.History)
 	words := make([]uint64, 0, 128)
 
@@ -246,6 +246,12 @@ func extract(in Input) *features {
 		}
 		sp.end = int32(len(f.tok))
 		f.spans[j] = sp
+	}
+	if taskSalt {
+		salt := combine(nsTask, hashString(in.Task))
+		for i := range f.tok {
+			f.tok[i] = combine(f.tok[i], salt)
+		}
 	}
 	return f
 }

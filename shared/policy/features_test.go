@@ -47,7 +47,7 @@ func TestRelations(t *testing.T) {
 		History:     []string{"Look", "take Silver-key"},
 		Candidates:  []string{"take silver key", "open red door", "look"},
 	}
-	f := extract(in)
+	f := extract(in, false)
 	has := func(j int, verb string, code int) bool {
 		sp := f.spans[j]
 		return slices.Contains(f.tok[sp.rel:sp.end], combine(combine(nsRel, hashString(verb)), uint64(code)))

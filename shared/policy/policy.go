@@ -82,6 +82,7 @@ type Config struct {
 	Temperature float64 // softmax temperature; default 1
 	InitScale   float64 // std of the initial weights; default 0.01; 0 starts at all zeros (uniform policy)
 	Seed        int64   // init seed
+	TaskSalt    bool    // key candidate features by task (see Model.TaskSalt)
 }
 
 // SetDefaults fills the zero fields.
@@ -123,6 +124,9 @@ type Model struct {
 	Bits        int
 	Temperature float64
 	Weights     []float32
+	// TaskSalt keys every candidate feature by the task, so tasks trained together share no weights
+	// (no interference between families, at the price of no transfer between them).
+	TaskSalt bool
 }
 
 // New builds a model with Gaussian initial weights drawn deterministically from cfg.Seed.
@@ -130,7 +134,7 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{Bits: cfg.Bits, Temperature: cfg.Temperature, Weights: make([]float32, 1<<cfg.Bits)}
+	m := &Model{Bits: cfg.Bits, Temperature: cfg.Temperature, Weights: make([]float32, 1<<cfg.Bits), TaskSalt: cfg.TaskSalt}
 	if cfg.InitScale > 0 {
 		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a6574726c706f6c)) // "jetrlpol"
 		for i := range m.Weights {
@@ -162,7 +166,7 @@ func (m *Model) Scores(in Input) []float64 {
 	if len(scores) == 0 || !m.usable() {
 		return scores
 	}
-	f := extract(in)
+	f := extract(in, m.TaskSalt)
 	for j := range scores {
 		scores[j] = f.dot(m.Weights, j)
 	}
@@ -251,7 +255,7 @@ func (m *Model) AccumulateGrad(in Input, choice int, coef float64, grad []float6
 	if choice < 0 || choice >= len(in.Candidates) || len(grad) != len(m.Weights) || !m.usable() {
 		return math.NaN()
 	}
-	f := extract(in)
+	f := extract(in, m.TaskSalt)
 	lp := m.logProbsOf(f, len(in.Candidates))
 	if coef == 0 {
 		return lp[choice]
@@ -289,7 +293,7 @@ func (m *Model) AccumulateEntropyGrad(in Input, coef float64, grad []float64) fl
 	if len(in.Candidates) == 0 {
 		return 0
 	}
-	f := extract(in)
+	f := extract(in, m.TaskSalt)
 	lp := m.logProbsOf(f, len(in.Candidates))
 	h := entropy(lp)
 	if coef == 0 {
