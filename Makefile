@@ -53,3 +53,10 @@ images: build
 	$(GO) build -o $(BIN)/jetrl-healthcheck ./cmd/jetrl/healthcheck
 	@for s in $(SERVICES) nats-server; do echo "docker build -f deploy/docker/$$s.Dockerfile -t jetrl/$$s:$(IMAGE_TAG) ."; \
 		docker build -q -f deploy/docker/$$s.Dockerfile -t jetrl/$$s:$(IMAGE_TAG) . || exit 1; done
+
+# The mesh from those images with testcontainers-go: 3-node NATS cluster and the five services on a private
+# Docker network (tests/containers, its own module outside go.work, build tag `containers`; not in `make test`).
+.PHONY: test-containers
+test-containers: images
+	cd tests/containers && GOWORK=off $(GO) vet -tags containers ./... && \
+		GOWORK=off TESTCONTAINERS_RYUK_DISABLED=true JETRL_IMAGE_TAG=$(IMAGE_TAG) $(GO) test -tags containers -count=1 -timeout 15m -v ./...
