@@ -90,10 +90,13 @@ func (c *Counter) write(ctx context.Context, a proto.Admission, rev uint64) erro
 	return err
 }
 
+// isConflict reports a lost compare-and-set: Update reports ErrKeyRevisionMismatch (codes 10071 on one
+// server, 10164 on a replicated bucket), Create reports ErrKeyExists.
 func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return true
 	}
-	return errors.Is(err, jetstream.ErrKeyExists)
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
 }
