@@ -45,7 +45,8 @@ type Config struct {
 
 // DefaultConfig is the paper's objective with this model's defaults.
 func DefaultConfig() Config {
-	return Config{Loss: Objective{Clip: 0.2, DualClip: 3.0, Correction: CorrectionNone, ISCap: 2}, Epochs: 2, Eta: 2}
+	// A small entropy bonus keeps the linear policy from collapsing onto a deterministic plateau early.
+	return Config{Loss: Objective{Clip: 0.2, DualClip: 3.0, EntropyCoef: 0.01, Correction: CorrectionNone, ISCap: 2}, Epochs: 2, Eta: 2}
 }
 
 // Validate explains what is wrong with a configuration.
