@@ -2,9 +2,9 @@ package tests
 
 import (
 	"context"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
@@ -49,16 +49,6 @@ func testLog(t *testing.T) zerolog.Logger {
 	return log
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var eventually = bustest.Eventually
 
 func decode(data []byte, v any) error { return codec.Unmarshal(data, v) }

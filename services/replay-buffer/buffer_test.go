@@ -3,6 +3,7 @@ package replaybuffer_test
 import (
 	"context"
 	"fmt"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"math"
 	"slices"
 	"strings"
@@ -19,24 +20,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+var eventually = bustest.Eventually
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var testCtx = bustest.Ctx
 
 type mesh struct {
 	url     string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"sync"
 	"testing"
 	"time"
@@ -20,24 +21,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = bustest.Eventually
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var testCtx = bustest.Ctx
 
 // mesh is an embedded server with the mesh's topology, seen from the test's own connection.
 type mesh struct {

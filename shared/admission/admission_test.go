@@ -1,8 +1,8 @@
 package admission_test
 
 import (
-	"context"
 	"errors"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,12 +15,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var testCtx = bustest.Ctx
 
 // mesh starts an embedded server with the mesh's topology and returns a function that opens a counter on
 // a connection of its own (as every rollout replica and the replay-buffer have).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"sync"
 	"testing"
 	"time"
@@ -13,17 +14,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = bustest.Eventually
 
 func fail(err error) func() (int, error) { return func() (int, error) { return 0, err } }
 

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,17 +17,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = bustest.Eventually
 
 // server starts an embedded server in the test's folder and returns its URL.
 func server(t *testing.T) string {
@@ -55,12 +46,7 @@ func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var testCtx = bustest.Ctx
 
 func TestStartEmbeddedNeedsStoreDir(t *testing.T) {
 	if _, err := bus.StartEmbedded(bus.EmbeddedConfig{}); err == nil || !strings.Contains(err.Error(), "StoreDir") {

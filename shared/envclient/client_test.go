@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,12 +25,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var testCtx = bustest.Ctx
 
 func server(t *testing.T) string {
 	t.Helper()
