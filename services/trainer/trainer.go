@@ -501,6 +501,3 @@ func (t *Trainer) refuse(ctx context.Context, st stores, m jetstream.Msg, err er
 		log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
 	}
 }
-
-// Config returns the trainer's configuration.
-func (t *Trainer) Config() Config { return t.cfg }

@@ -69,17 +69,14 @@ type Mesh struct {
 	conns     []*nats.Conn
 	hostConns []*nats.Conn
 	hostStops []context.CancelFunc
-	// trainers and rollouts count incarnations started, for metric labels.
-	trainers, rollouts int
-	stops              []context.CancelFunc
-	rollCtx            context.Context
-	// trainerStop and trainerDone stop and await the trainer alone (RestartTrainer).
-	trainerStop context.CancelFunc
-	trainerDone <-chan struct{}
-	rollStop    context.CancelFunc
-	wg          sync.WaitGroup
-	rollWG      sync.WaitGroup
-	errs        []error
+	// rollouts counts replicas started, for metric labels.
+	rollouts int
+	stops    []context.CancelFunc
+	rollCtx  context.Context
+	rollStop context.CancelFunc
+	wg       sync.WaitGroup
+	rollWG   sync.WaitGroup
+	errs     []error
 }
 
 // Start connects and starts the env hosts, trainer, normalizer and replay-buffer; rollouts start with
@@ -137,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if m.Trainer, err = m.newTrainer(ctx, tcfg); err != nil {
 		return nil, err
 	}
-	m.trainerStop, m.trainerDone = m.run("trainer", m.Trainer.Run, false)
+	m.run("trainer", m.Trainer.Run, false)
 	c, err := m.connect(ctx, "advantage-normalizer")
 	if err != nil {
 		return nil, err
@@ -163,9 +160,7 @@ func (m *Mesh) newTrainer(ctx context.Context, cfg trainer.Config) (*trainer.Tra
 	if err != nil {
 		return nil, err
 	}
-	// A restarted trainer registers the same metrics again: give each incarnation its own label.
-	m.trainers++
-	return trainer.New(cfg, trainer.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "trainer").Logger(), Metrics: m.cfg.registerer(fmt.Sprintf("trainer-%d", m.trainers))})
+	return trainer.New(cfg, trainer.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "trainer").Logger(), Metrics: m.cfg.registerer("trainer")})
 }
 
 // StartRollouts starts the rollout replicas.
@@ -201,20 +196,6 @@ func (m *Mesh) StopRollouts() {
 	m.mu.Lock()
 	m.rollStop, m.rollCtx = nil, nil
 	m.mu.Unlock()
-}
-
-// RestartTrainer stops the trainer and starts a new one on the same configuration, which resumes from the
-// checkpoint. (The process-level tests kill the trainer with SIGKILL instead.)
-func (m *Mesh) RestartTrainer(ctx context.Context) error {
-	m.trainerStop()
-	<-m.trainerDone
-	t, err := m.newTrainer(ctx, m.Trainer.Config())
-	if err != nil {
-		return err
-	}
-	m.Trainer = t
-	m.trainerStop, m.trainerDone = m.run("trainer", t.Run, false)
-	return nil
 }
 
 // KillEnvHost cuts env host i off NATS at once, without draining, as a crash would look to the mesh.
