@@ -39,7 +39,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	// CallTimeout bounds one step; a slower step fails the session with ErrEnvTimeout.
 	CallTimeout time.Duration
-	// StepLatency, if set, is added to every step (to emulate slow environments in benchmarks).
+	// StepLatency, if set, is added to every step (to emulate slow environments in benchmarks; see
+	// Lognormal and LatencyConfig). The wait holds up only its own session and ends when the host stops.
 	StepLatency func() time.Duration
 }
 
@@ -94,7 +95,8 @@ type Host struct {
 	nextID   atomic.Uint64
 	inflight sync.WaitGroup
 	running  atomic.Bool
-	gate     sync.RWMutex // orders the running check and inflight.Add against shutdown
+	gate     sync.RWMutex  // orders the running check and inflight.Add against shutdown
+	stopping chan struct{} // closed when Run's context ends: cuts step latency waits short
 
 	started, stepped, expired, refused *prometheus.CounterVec
 	errorsTotal                        *prometheus.CounterVec
@@ -123,7 +125,7 @@ func New(cfg Config, deps Deps) (*Host, error) {
 	if deps.Conn == nil || len(deps.Families) == 0 {
 		return nil, errors.New("env: Deps.Conn and Deps.Families are required")
 	}
-	h := &Host{cfg: cfg, deps: deps, sessions: map[string]*session{}}
+	h := &Host{cfg: cfg, deps: deps, sessions: map[string]*session{}, stopping: make(chan struct{})}
 	h.started = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_env_sessions_started_total", Help: "Sessions started, by task."}, []string{"task"})
 	h.stepped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_env_steps_total", Help: "Steps applied, by task and resulting status."}, []string{"task", "status"})
 	h.expired = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_env_sessions_expired_total", Help: "Sessions expired while idle, by task."}, []string{"task"})
@@ -193,6 +195,7 @@ func (h *Host) Run(ctx context.Context) error {
 			h.gate.Lock() // no handler is between its running check and inflight.Add
 			h.running.Store(false)
 			h.gate.Unlock()
+			close(h.stopping)
 			err := svc.Stop()
 			_ = h.deps.Conn.Flush() // the server has dropped our subscriptions once this returns
 			h.inflight.Wait()
@@ -459,7 +462,10 @@ func (h *Host) step(s *session, call proto.ToolCall) (res task.Result, err error
 			}
 		}()
 		if h.cfg.StepLatency != nil {
-			time.Sleep(h.cfg.StepLatency())
+			if err := h.wait(h.cfg.StepLatency()); err != nil {
+				done <- outcome{err: err}
+				return
+			}
 		}
 		s.run.Lock()
 		r, err := s.sess.Step(call)
@@ -477,6 +483,21 @@ func (h *Host) step(s *session, call proto.ToolCall) (res task.Result, err error
 		return o.res, o.err
 	case <-timer.C:
 		return task.Result{}, fmt.Errorf("%w: step of session %s took longer than %v", proto.ErrEnvTimeout, s.id, h.cfg.CallTimeout)
+	}
+}
+
+// wait sleeps d, or less if the host stops meanwhile (then it returns ErrShuttingDown).
+func (h *Host) wait(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-h.stopping:
+		return fmt.Errorf("%w: step latency wait cut short", proto.ErrShuttingDown)
 	}
 }
 
