@@ -25,8 +25,9 @@ const (
 
 // Policy pool members that can produce a turn.
 const (
-	PolicyCurrent = "current"
-	PolicyStale   = "stale"
+	PolicyCurrent    = "current"
+	PolicyStale      = "stale"
+	PolicyCheckpoint = "checkpoint" // a fixed saved policy, for instance from another run
 )
 
 // Message is one chat message of an environment's opening (OpenAI roles).

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +27,7 @@ import (
 	"github.com/jetrl/jetrl/shared/envclient"
 	"github.com/jetrl/jetrl/shared/logging"
 	"github.com/jetrl/jetrl/shared/metrics"
+	"github.com/jetrl/jetrl/shared/policy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
@@ -48,6 +54,8 @@ type upCmd struct {
 	Epochs       int                `name:"epochs" default:"2" help:"PPO epochs per batch."`
 	TaskSalt     bool               `name:"task-salt" help:"Key the policy's candidate features by task, so families trained together share no weights."`
 	MaxBatchSize int                `name:"max-batch-size" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
+	PoolCkpt     string             `name:"pool-checkpoint" type:"existingfile" help:"Saved weights (another run's weights.bin) that join the rollout policy pool as a fixed member."`
+	PoolCkptProb float64            `name:"pool-checkpoint-prob" default:"0.1" help:"Probability a turn uses --pool-checkpoint."`
 	StaleEvery   int64              `name:"stale-every" default:"25" help:"Cross-policy sampling: refresh the stale copy every this many versions."`
 	Clip         float64            `name:"clip" default:"0.2" help:"PPO clip ε."`
 	DualClip     float64            `name:"dual-clip" default:"3" help:"Dual clip c for negative advantages (0: off)."`
@@ -63,6 +71,7 @@ type upCmd struct {
 	LogLevel     string             `name:"log-level" default:"info" help:"Level of the log written to <out>/jetrl.log."`
 	MetricsAddr  string             `name:"metrics-addr" default:"127.0.0.1:9090" help:"Serve every service's Prometheus metrics on /metrics here (empty: off)."`
 	Quiet        bool               `name:"quiet" help:"No progress display."`
+	CPUProfile   string             `name:"cpu-profile" type:"path" help:"Write a CPU profile of the training phase here (go tool pprof)."`
 }
 
 func (c *upCmd) Validate() error {
@@ -78,6 +87,9 @@ func (c *upCmd) Validate() error {
 	}
 	if c.Target < 0 || c.Target > 1 {
 		errs = append(errs, fmt.Errorf("--target %v must be in [0, 1]", c.Target))
+	}
+	if c.PoolCkpt != "" && (!(c.PoolCkptProb > 0) || c.PoolCkptProb+c.StaleProb >= 1) {
+		errs = append(errs, fmt.Errorf("--pool-checkpoint-prob %v must be positive and, with --stale-prob %v, below 1", c.PoolCkptProb, c.StaleProb))
 	}
 	return errors.Join(errs...)
 }
@@ -143,11 +155,20 @@ func (c *upCmd) Run(g *globals) error {
 	if err := c.recordSettings(ctx, js); err != nil {
 		return err
 	}
+	rcfg := rollout.Config{Concurrency: c.Concurrency, StaleEvery: c.StaleEvery}
+	if c.PoolCkpt != "" {
+		name, version, err := storePoolCheckpoint(ctx, js, c.PoolCkpt)
+		if err != nil {
+			return err
+		}
+		rcfg.CheckpointObject, rcfg.CheckpointProb = name, c.PoolCkptProb
+		log.Info().Str("file", c.PoolCkpt).Str("object", name).Int64("version", version).Msg("checkpoint joins the policy pool")
+	}
 	m, err := mesh.Start(ctx, mesh.Config{
 		NATSURL: url, Tasks: c.Tasks, TaskWeights: c.TaskWeights, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 		EnvHosts: c.EnvHosts, Rollouts: c.Rollouts, StaleProb: c.StaleProb,
 		Trainer: tcfg, Normalizer: normalizer.Config{AbnormalReward: c.AbnormalRew, TaskNorm: c.TaskNorm}, MaxBatchSize: c.MaxBatchSize,
-		Rollout: rollout.Config{Concurrency: c.Concurrency, StaleEvery: c.StaleEvery},
+		Rollout: rcfg,
 		Log:     log, Metrics: reg,
 	})
 	if err != nil {
@@ -187,6 +208,17 @@ func (c *upCmd) Run(g *globals) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	if err := m.StartRollouts(ctx); err != nil {
 		return err
@@ -336,6 +368,33 @@ func (c *upCmd) recordSettings(ctx context.Context, js jetstream.JetStream) erro
 	}
 	_, err = kv.Put(ctx, proto.KeyRunConfig, j)
 	return err
+}
+
+// storePoolCheckpoint puts saved weights into the weights Object Store under a name derived from their
+// checksum, with the version they had in their run when a summary.json beside them says so.
+func storePoolCheckpoint(ctx context.Context, js jetstream.JetStream, file string) (string, int64, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", 0, err
+	}
+	if _, err := policy.Load(b); err != nil {
+		return "", 0, fmt.Errorf("--pool-checkpoint %s: %w", file, err)
+	}
+	var version int64
+	if s, err := runout.ReadSummary(filepath.Dir(file)); err == nil {
+		version = s.PolicyVersion
+	}
+	sum := sha256.Sum256(b)
+	name := "pool/" + hex.EncodeToString(sum[:8])
+	obj, err := js.ObjectStore(ctx, proto.BucketWeights)
+	if err != nil {
+		return "", 0, err
+	}
+	meta := jetstream.ObjectMeta{Name: name, Description: file, Metadata: map[string]string{rollout.CheckpointVersionKey: strconv.FormatInt(version, 10)}}
+	if _, err := obj.Put(ctx, meta, bytes.NewReader(b)); err != nil {
+		return "", 0, fmt.Errorf("store --pool-checkpoint: %w", err)
+	}
+	return name, version, nil
 }
 
 type evalOutcome struct {

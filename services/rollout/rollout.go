@@ -55,6 +55,10 @@ type Config struct {
 	// StaleEvery and StaleProb configure cross-policy sampling (StaleProb 0 turns it off).
 	StaleEvery int64
 	StaleProb  float64
+	// CheckpointObject names a saved policy in the weights Object Store that joins the pool as a fixed
+	// member, used by a turn with probability CheckpointProb (empty: no such member).
+	CheckpointObject string
+	CheckpointProb   float64
 	// Seed of instance draws and sampling.
 	Seed uint64
 	// CallTimeout bounds each env call.
@@ -113,6 +117,12 @@ func (c *Config) Validate() error {
 	}
 	if c.StaleProb < 0 || c.StaleProb >= 1 {
 		errs = append(errs, fmt.Errorf("rollout: stale probability %v must be in [0, 1)", c.StaleProb))
+	}
+	if c.CheckpointObject != "" && (!(c.CheckpointProb > 0) || c.CheckpointProb+c.StaleProb >= 1) {
+		errs = append(errs, fmt.Errorf("rollout: checkpoint probability %v must be positive and, with the stale probability %v, below 1", c.CheckpointProb, c.StaleProb))
+	}
+	if c.CheckpointObject == "" && c.CheckpointProb != 0 {
+		errs = append(errs, errors.New("rollout: a checkpoint probability without a checkpoint object"))
 	}
 	return errors.Join(errs...)
 }
@@ -203,6 +213,16 @@ func (r *Rollout) Run(ctx context.Context) error {
 	src, err := NewWeightsSource(ctx, js)
 	if err != nil {
 		return err
+	}
+	if r.cfg.CheckpointObject != "" {
+		m, v, err := src.LoadCheckpoint(ctx, r.cfg.CheckpointObject)
+		if err != nil {
+			return err
+		}
+		if err := r.pool.SetCheckpoint(m, v, r.cfg.CheckpointProb); err != nil {
+			return err
+		}
+		log.Info().Str("object", r.cfg.CheckpointObject).Int64("version", v).Float64("prob", r.cfg.CheckpointProb).Msg("checkpoint joins the policy pool")
 	}
 	counter, err := admission.Bind(ctx, js)
 	if err != nil {

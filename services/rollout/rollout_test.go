@@ -1,8 +1,10 @@
 package rollout_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/jetrl/jetrl/services/env/task/alfworld"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -153,6 +156,10 @@ func TestNewValidates(t *testing.T) {
 		{"stale probability 1", func(c *rollout.Config) { c.StaleProb = 1 }, m.nc, false},
 		{"negative stale probability", func(c *rollout.Config) { c.StaleProb = -0.1 }, m.nc, false},
 		{"paper's stale probability", func(c *rollout.Config) { c.StaleProb = 0.25 }, m.nc, true},
+		{"checkpoint member", func(c *rollout.Config) { c.StaleProb, c.CheckpointObject, c.CheckpointProb = 0.25, "pool/x", 0.1 }, m.nc, true},
+		{"checkpoint without probability", func(c *rollout.Config) { c.CheckpointObject = "pool/x" }, m.nc, false},
+		{"checkpoint and stale probabilities reach 1", func(c *rollout.Config) { c.StaleProb, c.CheckpointObject, c.CheckpointProb = 0.5, "pool/x", 0.5 }, m.nc, false},
+		{"checkpoint probability without checkpoint", func(c *rollout.Config) { c.CheckpointProb = 0.1 }, m.nc, false},
 		{"negative concurrency", func(c *rollout.Config) { c.Concurrency = -1 }, m.nc, false},
 		{"no connection", func(*rollout.Config) {}, nil, false},
 	}
@@ -165,5 +172,59 @@ func TestNewValidates(t *testing.T) {
 				t.Fatalf("New error = %v, want ok %v", err, tc.expectedOK)
 			}
 		})
+	}
+}
+
+// A replica configured with a saved checkpoint plays some turns with it, recorded as such; a checkpoint
+// that is not in the Object Store stops the replica with an error naming it.
+func TestRolloutPlaysWithACheckpointMember(t *testing.T) {
+	m := newMesh(t)
+	m.startHost(t)
+	m.publishModel(t, newModel(t, 1), 0, "")
+	cfg := rollout.Config{Tasks: []string{alfworld.Name}, GroupSize: 4, BatchSize: 8, Eta: 0, Concurrency: 8,
+		CheckpointObject: "pool/missing", CheckpointProb: 0.5, Seed: 1, CallTimeout: 5 * time.Second}
+	r, err := rollout.New(cfg, rollout.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(testCtx(t)); err == nil || !strings.Contains(err.Error(), "pool/missing") {
+		t.Fatalf("Run with a missing checkpoint: %v", err)
+	}
+
+	w, err := newModel(t, 42).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.Put(testCtx(t), jetstream.ObjectMeta{Name: "pool/other-run", Metadata: map[string]string{rollout.CheckpointVersionKey: "77"}}, bytes.NewReader(w)); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CheckpointObject = "pool/other-run"
+	r, err = rollout.New(cfg, rollout.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	eventually(t, 20*time.Second, "8 episodes", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 8 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	byPolicy := map[string]int{}
+	for _, ep := range m.episodes(t) {
+		for _, turn := range ep.Turns {
+			byPolicy[turn.Policy]++
+			if turn.Policy == proto.PolicyCheckpoint && turn.Version != 77 {
+				t.Fatalf("checkpoint turn with version %d, want 77", turn.Version)
+			}
+		}
+	}
+	if byPolicy[proto.PolicyCheckpoint] == 0 || byPolicy[proto.PolicyCurrent] == 0 {
+		t.Fatalf("turns by policy %v, want both current and checkpoint turns", byPolicy)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -24,16 +25,21 @@ type versioned struct {
 	version int64
 }
 
-// WeightsPool is the built-in Actor: the current policy plus a stale copy of it (cross-policy sampling).
-// The stale copy is the current policy as it was at the last multiple of StaleEvery versions; each turn
-// uses it with probability StaleProb. A turn always uses one loaded version, whatever loads meanwhile.
+// WeightsPool is the built-in Actor: the current policy plus a stale copy of it (cross-policy sampling),
+// and optionally a fixed checkpoint (a saved policy, for instance another run's). The stale copy is the
+// current policy as it was at the last multiple of StaleEvery versions; each turn uses it with probability
+// StaleProb, and the checkpoint with the probability SetCheckpoint gives. A turn always uses one loaded
+// version, whatever loads meanwhile.
 type WeightsPool struct {
 	staleEvery int64
 	staleProb  float64
 	greedy     bool
 
-	current atomic.Pointer[versioned]
-	stale   atomic.Pointer[versioned]
+	current    atomic.Pointer[versioned]
+	stale      atomic.Pointer[versioned]
+	checkpoint atomic.Pointer[versioned]
+	// checkpointProb is set with the checkpoint, before the pool is shared.
+	checkpointProb float64
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -53,6 +59,20 @@ func (p *WeightsPool) Set(m *policy.Model, version int64) {
 	}
 }
 
+// SetCheckpoint adds a fixed pool member that each turn uses with probability prob (the stale copy's
+// probability applies to the rest). Call it before the pool is shared; prob + StaleProb must be below 1.
+func (p *WeightsPool) SetCheckpoint(m *policy.Model, version int64, prob float64) error {
+	if m == nil {
+		return errors.New("checkpoint: no model")
+	}
+	if !(prob > 0) || prob+p.staleProb >= 1 {
+		return fmt.Errorf("checkpoint probability %v: must be positive and, with the stale copy's %v, below 1", prob, p.staleProb)
+	}
+	p.checkpointProb = prob
+	p.checkpoint.Store(&versioned{model: m, version: version})
+	return nil
+}
+
 // Version of the current policy, or -1 before the first load.
 func (p *WeightsPool) Version() int64 {
 	if v := p.current.Load(); v != nil {
@@ -69,11 +89,18 @@ func (p *WeightsPool) Act(_ context.Context, in policy.Input) (Action, error) {
 	}
 	member, name := cur, proto.PolicyCurrent
 	p.mu.Lock()
-	useStale := p.staleProb > 0 && !p.greedy && p.rng.Float64() < p.staleProb
+	u := 1.0
+	if !p.greedy && (p.staleProb > 0 || p.checkpointProb > 0) {
+		u = p.rng.Float64()
+	}
 	var seed1, seed2 uint64 = p.rng.Uint64(), p.rng.Uint64()
 	p.mu.Unlock()
-	if s := p.stale.Load(); useStale && s != nil && s.version != cur.version {
-		member, name = s, proto.PolicyStale
+	if !p.greedy {
+		if c := p.checkpoint.Load(); c != nil && u < p.checkpointProb {
+			member, name = c, proto.PolicyCheckpoint
+		} else if s := p.stale.Load(); u >= p.checkpointProb && u < p.checkpointProb+p.staleProb && s != nil && s.version != cur.version {
+			member, name = s, proto.PolicyStale
+		}
 	}
 	var choice int
 	var lp float64
@@ -117,6 +144,33 @@ func (s *WeightsSource) Load(ctx context.Context, rec proto.PolicyVersion) (*pol
 		return nil, fmt.Errorf("weights %s: sha256 mismatch", rec.Object)
 	}
 	return policy.Load(b)
+}
+
+// CheckpointVersionKey is the object metadata key that records the version a saved policy had in its run.
+const CheckpointVersionKey = "jetrl-version"
+
+// LoadCheckpoint fetches a saved policy from the weights Object Store, with the version its metadata
+// records (0 when it records none).
+func (s *WeightsSource) LoadCheckpoint(ctx context.Context, object string) (*policy.Model, int64, error) {
+	info, err := s.Objects.GetInfo(ctx, object)
+	if err != nil {
+		return nil, 0, fmt.Errorf("checkpoint %s: %w", object, err)
+	}
+	b, err := s.Objects.GetBytes(ctx, object)
+	if err != nil {
+		return nil, 0, fmt.Errorf("checkpoint %s: %w", object, err)
+	}
+	m, err := policy.Load(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("checkpoint %s: %w", object, err)
+	}
+	var v int64
+	if s := info.Metadata[CheckpointVersionKey]; s != "" {
+		if v, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil, 0, fmt.Errorf("checkpoint %s: metadata %s=%q: %w", object, CheckpointVersionKey, s, err)
+		}
+	}
+	return m, v, nil
 }
 
 // Current reads the version record; ok is false when no policy has been published yet.

@@ -1,6 +1,7 @@
 package rollout_test
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -217,5 +219,103 @@ func TestWeightsSourceWatchFollowsNewVersions(t *testing.T) {
 	}
 	if act.Version != 4 {
 		t.Fatalf("act by version %d, want 4", act.Version)
+	}
+}
+
+// A saved checkpoint joins the pool as a fixed member: turns use it with its probability, named
+// "checkpoint" with the version it had in its own run; the stale copy keeps its share of the rest.
+func TestWeightsPoolCheckpointMember(t *testing.T) {
+	old, cur, saved := newModel(t, 1), newModel(t, 2), newModel(t, 3)
+	pool := rollout.NewWeightsPool(10, 0.25, false, 7)
+	if err := pool.SetCheckpoint(saved, 500, 0.8); err == nil {
+		t.Fatal("checkpoint probability 0.8 with stale probability 0.25 accepted")
+	}
+	if err := pool.SetCheckpoint(saved, 500, 0); err == nil {
+		t.Fatal("checkpoint probability 0 accepted")
+	}
+	if err := pool.SetCheckpoint(saved, 500, 0.1); err != nil {
+		t.Fatal(err)
+	}
+	pool.Set(old, 10)
+	pool.Set(cur, 11)
+	counts := map[string]int{}
+	const n = 4000
+	for range n {
+		act, err := pool.Act(context.Background(), sampleInput)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m *policy.Model
+		switch {
+		case act.Policy == proto.PolicyCurrent && act.Version == 11:
+			m = cur
+		case act.Policy == proto.PolicyStale && act.Version == 10:
+			m = old
+		case act.Policy == proto.PolicyCheckpoint && act.Version == 500:
+			m = saved
+		default:
+			t.Fatalf("turn by %s version %d", act.Policy, act.Version)
+		}
+		if want := m.LogProb(sampleInput, act.Choice); math.Abs(act.LogProb-want) > 1e-9 {
+			t.Fatalf("%s turn log-prob %v, want that policy's %v", act.Policy, act.LogProb, want)
+		}
+		counts[act.Policy]++
+	}
+	for _, c := range []struct {
+		policy string
+		lo, hi float64
+	}{{proto.PolicyCheckpoint, 0.08, 0.12}, {proto.PolicyStale, 0.22, 0.28}, {proto.PolicyCurrent, 0.61, 0.69}} {
+		if f := float64(counts[c.policy]) / n; f < c.lo || f > c.hi {
+			t.Errorf("%s fraction %.3f, want in [%v, %v] (counts %v)", c.policy, f, c.lo, c.hi, counts)
+		}
+	}
+	// Greedy evaluation uses the current policy only.
+	greedy := rollout.NewWeightsPool(10, 0.25, true, 7)
+	if err := greedy.SetCheckpoint(saved, 500, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	greedy.Set(cur, 11)
+	for range 50 {
+		if act, _ := greedy.Act(context.Background(), sampleInput); act.Policy != proto.PolicyCurrent {
+			t.Fatalf("greedy turn by %s", act.Policy)
+		}
+	}
+}
+
+// LoadCheckpoint reads a saved policy and the version its object metadata records; a missing object or
+// bad metadata is a clear error.
+func TestWeightsSourceLoadCheckpoint(t *testing.T) {
+	m := newMesh(t)
+	ctx := testCtx(t)
+	src, err := rollout.NewWeightsSource(ctx, m.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := newModel(t, 5)
+	w, err := saved.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(name string, meta map[string]string, data []byte) {
+		t.Helper()
+		if _, err := src.Objects.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: meta}, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("pool/run-a", map[string]string{rollout.CheckpointVersionKey: "868"}, w)
+	got, v, err := src.LoadCheckpoint(ctx, "pool/run-a")
+	if err != nil || v != 868 || !slices.Equal(got.Weights, saved.Weights) {
+		t.Fatalf("LoadCheckpoint = version %d, err %v (weights equal: %v)", v, err, err == nil && slices.Equal(got.Weights, saved.Weights))
+	}
+	put("pool/no-version", nil, w)
+	if _, v, err := src.LoadCheckpoint(ctx, "pool/no-version"); err != nil || v != 0 {
+		t.Fatalf("checkpoint without version metadata: version %d, err %v", v, err)
+	}
+	put("pool/bad-version", map[string]string{rollout.CheckpointVersionKey: "x"}, w)
+	put("pool/garbage", nil, []byte("not weights"))
+	for _, name := range []string{"pool/missing", "pool/bad-version", "pool/garbage"} {
+		if _, _, err := src.LoadCheckpoint(ctx, name); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadCheckpoint(%s): %v, want an error naming it", name, err)
+		}
 	}
 }

@@ -128,6 +128,19 @@ func WriteJSON(dir, name string, v any) error {
 	return os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
 }
 
+// ReadSummary reads dir/summary.json.
+func ReadSummary(dir string) (Summary, error) {
+	var s Summary
+	b, err := os.ReadFile(filepath.Join(dir, SummaryFile))
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", filepath.Join(dir, SummaryFile), err)
+	}
+	return s, nil
+}
+
 // TaskNames lists the tasks that appear in points, sorted.
 func TaskNames(points []Point) []string {
 	seen := map[string]bool{}
