@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,7 @@ type checkpoint struct {
 	EpisodesTrained int64    `msgpack:"episodes_trained"`
 	StaleDropped    int64    `msgpack:"stale_dropped"`
 	MaxStaleness    int64    `msgpack:"max_staleness"`
+	Staleness       []int64  `msgpack:"staleness,omitempty"`
 	Batches         int64    `msgpack:"batches"`
 }
 
@@ -102,30 +104,42 @@ type Trainer struct {
 	cp     checkpoint
 	groups map[string]struct{}
 
-	mu       sync.Mutex
-	stats    Stats
-	firstAt  time.Time
-	busyTime time.Duration
+	mu         sync.Mutex
+	stats      Stats
+	firstAt    time.Time
+	busyTime   time.Duration
+	updateTime time.Duration
 
 	batches  *prometheus.CounterVec
 	episodes prometheus.Counter
 	version  prometheus.Gauge
 	stepSecs prometheus.Histogram
+	stale    prometheus.Histogram
 }
 
 // Stats are the trainer's counters.
 type Stats struct {
-	Version         int64   `json:"policy_version"`
-	Batches         int64   `json:"batches_applied"`
-	EpisodesTrained int64   `json:"episodes_trained"`
-	Duplicates      int64   `json:"duplicate_batches"`
-	DupEpisodes     int64   `json:"duplicate_episodes"`
-	StaleDropped    int64   `json:"stale_dropped"`
-	MaxStaleness    int64   `json:"max_staleness"`
-	DeadLettered    int64   `json:"dead_lettered"`
-	BusyFraction    float64 `json:"busy_fraction"`
-	LastBatchID     string  `json:"last_batch_id"`
-	Resumed         bool    `json:"resumed_from_checkpoint"`
+	Version         int64 `json:"policy_version"`
+	Batches         int64 `json:"batches_applied"`
+	EpisodesTrained int64 `json:"episodes_trained"`
+	Duplicates      int64 `json:"duplicate_batches"`
+	DupEpisodes     int64 `json:"duplicate_episodes"`
+	StaleDropped    int64 `json:"stale_dropped"`
+	MaxStaleness    int64 `json:"max_staleness"`
+	// Staleness counts trained episodes by staleness: index s holds the episodes trained at version v+s that
+	// were admitted under version v (never beyond Eta). TurnStaleness counts trained turns the same way, by
+	// the version that produced each turn (beyond Eta only for turns of cross-policy sampling's stale copy).
+	Staleness     []int64 `json:"staleness_episodes"`
+	TurnStaleness []int64 `json:"staleness_turns"`
+	DeadLettered  int64   `json:"dead_lettered"`
+	// BusySeconds is the time this process spent applying batches, from taking one to acking it: the
+	// update, the checkpoint, publishing the weights and the version. UpdateSeconds is the update alone.
+	// BusyFraction is BusySeconds over the wall time since the first batch this process took.
+	BusySeconds   float64 `json:"busy_seconds"`
+	UpdateSeconds float64 `json:"update_seconds"`
+	BusyFraction  float64 `json:"busy_fraction"`
+	LastBatchID   string  `json:"last_batch_id"`
+	Resumed       bool    `json:"resumed_from_checkpoint"`
 }
 
 // New validates the configuration and builds the trainer.
@@ -145,8 +159,9 @@ func New(cfg Config, deps Deps) (*Trainer, error) {
 	t.episodes = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_trainer_episodes_total", Help: "Episodes trained."})
 	t.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_trainer_policy_version", Help: "Policy version published."})
 	t.stepSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_trainer_step_seconds", Help: "Time to apply one batch, checkpoint and publish.", Buckets: prometheus.ExponentialBuckets(1e-3, 2, 14)})
+	t.stale = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_trainer_staleness_versions", Help: "Staleness of trained episodes: version trained minus version admitted under.", Buckets: prometheus.LinearBuckets(0, 1, 10)})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{t.batches, t.episodes, t.version, t.stepSecs} {
+		for _, c := range []prometheus.Collector{t.batches, t.episodes, t.version, t.stepSecs, t.stale} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("trainer metrics: %w", err)
 			}
@@ -163,6 +178,8 @@ func (t *Trainer) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.stats
+	s.Staleness, s.TurnStaleness = slices.Clone(s.Staleness), slices.Clone(s.TurnStaleness)
+	s.BusySeconds, s.UpdateSeconds = t.busyTime.Seconds(), t.updateTime.Seconds()
 	if !t.firstAt.IsZero() {
 		if wall := time.Since(t.firstAt); wall > 0 {
 			s.BusyFraction = t.busyTime.Seconds() / wall.Seconds()
@@ -269,6 +286,7 @@ func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) er
 	t.mu.Lock()
 	t.stats.Version, t.stats.Batches, t.stats.EpisodesTrained = cp.Version, cp.Batches, cp.EpisodesTrained
 	t.stats.StaleDropped, t.stats.MaxStaleness, t.stats.LastBatchID, t.stats.Resumed = cp.StaleDropped, cp.MaxStaleness, cp.LastBatchID, true
+	t.stats.Staleness = slices.Clone(cp.Staleness)
 	t.mu.Unlock()
 	log.Info().Int64("version", cp.Version).Str("last_batch", cp.LastBatchID).Int64("episodes_trained", cp.EpisodesTrained).Msg("resumed from checkpoint")
 	return nil
@@ -357,9 +375,11 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	var ss StepStats
 	var err error
 	prev := t.model.Clone() // a refused batch leaves the weights as they were
+	updateStart := time.Now()
 	if len(eps) > 0 {
 		ss, err = t.update(eps)
 	}
+	updateTook := time.Since(updateStart)
 	if err != nil {
 		t.model = prev
 		t.refuse(ctx, st, m, err, log)
@@ -371,6 +391,15 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	t.cp.EpisodesTrained += int64(len(eps))
 	t.cp.StaleDropped += int64(stale)
 	t.cp.MaxStaleness = max(t.cp.MaxStaleness, maxStale)
+	trainedAt, turnStale := t.cp.Version-1, map[int64]int64{} // the version these episodes trained
+	for _, te := range eps {
+		s := trainedAt - te.Episode.StartVersion
+		t.cp.Staleness = countAt(t.cp.Staleness, s, 1)
+		t.stale.Observe(float64(s))
+		for _, turn := range te.Episode.Turns {
+			turnStale[trainedAt-turn.Version]++
+		}
+	}
 	for _, te := range eps {
 		if _, ok := t.groups[te.Episode.GroupID]; !ok {
 			t.groups[te.Episode.GroupID] = struct{}{}
@@ -411,12 +440,27 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	t.episodes.Add(float64(len(eps)))
 	t.mu.Lock()
 	t.busyTime += busy
+	t.updateTime += updateTook
+	t.stats.Staleness = slices.Clone(t.cp.Staleness)
+	for s, n := range turnStale {
+		t.stats.TurnStaleness = countAt(t.stats.TurnStaleness, s, n)
+	}
 	t.stats.Version, t.stats.Batches, t.stats.EpisodesTrained = t.cp.Version, t.cp.Batches, t.cp.EpisodesTrained
 	t.stats.DupEpisodes += int64(dups)
 	t.stats.StaleDropped, t.stats.MaxStaleness, t.stats.LastBatchID = t.cp.StaleDropped, t.cp.MaxStaleness, tb.ID
 	t.mu.Unlock()
 	log.Debug().Str("batch", tb.ID).Int64("version", t.cp.Version).Int("episodes", len(eps)).Float64("loss", ss.Loss).Dur("took", busy).Msg("batch applied")
 	return nil
+}
+
+// countAt adds n at index s of a histogram (s < 0, which no trained data has, counts at 0).
+func countAt(h []int64, s, n int64) []int64 {
+	s = max(s, 0)
+	for int64(len(h)) <= s {
+		h = append(h, 0)
+	}
+	h[s] += n
+	return h
 }
 
 // keepAlive tells the server the message is still being worked on, every third of the ack wait, until the

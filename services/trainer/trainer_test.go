@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -326,6 +327,13 @@ func TestApplyRedeliverResume(t *testing.T) {
 	s = r2.tr.Stats()
 	if s.EpisodesTrained != 4 || s.StaleDropped != 3 || s.DupEpisodes != 1 || s.MaxStaleness != 0 {
 		t.Fatalf("stats after the mixed batch = %+v, want 4 trained, 3 stale, 1 duplicate episode", s)
+	}
+	// The staleness histogram survives the restart (it is in the checkpoint); busy time is this process's.
+	if !slices.Equal(s.Staleness, []int64{4}) || len(s.TurnStaleness) != 1 || s.TurnStaleness[0] < 2 {
+		t.Fatalf("staleness histograms %v (episodes) and %v (turns), want every trained episode and turn at 0", s.Staleness, s.TurnStaleness)
+	}
+	if !(s.BusySeconds > 0) || s.UpdateSeconds > s.BusySeconds || !(s.BusyFraction > 0) || s.BusyFraction > 1 {
+		t.Fatalf("busy %vs, update %vs, busy fraction %v", s.BusySeconds, s.UpdateSeconds, s.BusyFraction)
 	}
 	if rec, _ := m.current(t); rec.Version != 3 || rec.EpisodesTrained != 4 || rec.SHA256 == rec2.SHA256 {
 		t.Fatalf("record after the mixed batch = %+v", rec)
