@@ -144,12 +144,12 @@ type Rollout struct {
 	inflight atomic.Int64
 
 	published, infra, breakerChanges *prometheus.CounterVec
-	turns, unpublished               prometheus.Counter
+	turns, unpublished, loadRetries  prometheus.Counter
 	gateWait                         prometheus.Histogram
 	version                          prometheus.Gauge
 	stats                            struct {
 		sync.Mutex
-		published, infraFailures, turns, breakerOpens int64
+		published, infraFailures, turns, breakerOpens, loadRetries int64
 	}
 }
 
@@ -167,11 +167,12 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	r.infra = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_infra_failures_total", Help: "Episodes lost to env failures (masked from training), by task."}, []string{"task"})
 	r.unpublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_episodes_unpublished_total", Help: "Episodes that could not be published before shutdown."})
 	r.breakerChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_breaker_changes_total", Help: "Env host circuit breaker state changes, by new state."}, []string{"to"})
+	r.loadRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_weights_load_retries_total", Help: "Failed attempts to load a published version's weights (retried)."})
 	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
 	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.gateWait, r.version} {
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("rollout metrics: %w", err)
 			}
@@ -192,6 +193,8 @@ type Status struct {
 	InfraFailures int64  `json:"infra_failures"`
 	Turns         int64  `json:"turns"`
 	BreakerOpens  int64  `json:"breaker_opens"`
+	// WeightsLoadRetries counts failed attempts to load a published version (each is retried).
+	WeightsLoadRetries int64 `json:"weights_load_retries"`
 }
 
 // Status returns the replica's counters.
@@ -199,7 +202,8 @@ func (r *Rollout) Status() Status {
 	r.stats.Lock()
 	defer r.stats.Unlock()
 	return Status{ID: r.cfg.ID, Version: r.pool.Version(), InFlight: r.inflight.Load(),
-		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns, BreakerOpens: r.stats.breakerOpens}
+		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns, BreakerOpens: r.stats.breakerOpens,
+		WeightsLoadRetries: r.stats.loadRetries}
 }
 
 // Run plays episodes until ctx ends, then stops admitting, lets episodes in flight finish for up to
@@ -213,6 +217,12 @@ func (r *Rollout) Run(ctx context.Context) error {
 	src, err := NewWeightsSource(ctx, js)
 	if err != nil {
 		return err
+	}
+	src.OnLoadError = func(int64, error) {
+		r.loadRetries.Inc()
+		r.stats.Lock()
+		r.stats.loadRetries++
+		r.stats.Unlock()
 	}
 	if r.cfg.CheckpointObject != "" {
 		m, v, err := src.LoadCheckpoint(ctx, r.cfg.CheckpointObject)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
@@ -119,6 +120,8 @@ func (p *WeightsPool) Act(_ context.Context, in policy.Input) (Action, error) {
 type WeightsSource struct {
 	KV      jetstream.KeyValue
 	Objects jetstream.ObjectStore
+	// OnLoadError, when set, hears every failed attempt of Watch to load a version (it retries).
+	OnLoadError func(version int64, err error)
 }
 
 // NewWeightsSource binds the policy buckets.
@@ -189,21 +192,78 @@ func (s *WeightsSource) Current(ctx context.Context) (rec proto.PolicyVersion, o
 }
 
 // Watch keeps pool on the newest published version until ctx ends; onLoad (may be nil) hears each load.
+// A load that fails is retried with backoff (50 ms doubling to 2 s) until it succeeds or a newer record
+// arrives, which is then loaded instead. On a JetStream cluster the version record can arrive before the
+// server that answers the read holds the whole object ("object not found", "digests do not match"); a
+// replica that gave up would stay on the old version, and at the staleness gate no newer one may come.
+// OnLoadError (may be nil) hears each failed attempt.
 func (s *WeightsSource) Watch(ctx context.Context, js jetstream.JetStream, pool *WeightsPool, log zerolog.Logger, onLoad func(int64)) error {
-	return bus.WatchPolicyVersion(ctx, js, log, func(rec proto.PolicyVersion) {
-		if rec.Version <= pool.Version() {
-			return
-		}
-		m, err := s.Load(ctx, rec)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error().Err(err).Int64("version", rec.Version).Msg("load weights")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var latest *proto.PolicyVersion // the newest record seen
+	wake := make(chan struct{}, 1)
+	loaderDone := make(chan struct{})
+	go func() {
+		defer close(loaderDone)
+		var backoff time.Duration
+		failures := 0
+		for {
+			var retry <-chan time.Time
+			if backoff > 0 {
+				retry = time.After(backoff)
 			}
-			return
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			case <-retry:
+			}
+			mu.Lock()
+			rec := latest
+			mu.Unlock()
+			if rec == nil || rec.Version <= pool.Version() {
+				backoff, failures = 0, 0
+				continue
+			}
+			lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+			m, err := s.Load(lctx, *rec)
+			lcancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				failures++
+				if s.OnLoadError != nil {
+					s.OnLoadError(rec.Version, err)
+				}
+				ev := log.Debug()
+				if failures == 1 || failures%20 == 0 {
+					ev = log.Warn()
+				}
+				ev.Err(err).Int64("version", rec.Version).Int("attempt", failures).Msg("load weights: retrying")
+				backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+				continue
+			}
+			backoff, failures = 0, 0
+			pool.Set(m, rec.Version)
+			if onLoad != nil {
+				onLoad(rec.Version)
+			}
 		}
-		pool.Set(m, rec.Version)
-		if onLoad != nil {
-			onLoad(rec.Version)
+	}()
+	err := bus.WatchPolicyVersion(ctx, js, log, func(rec proto.PolicyVersion) {
+		mu.Lock()
+		if latest == nil || rec.Version > latest.Version {
+			latest = &rec
+		}
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
 		}
 	})
+	cancel()
+	<-loaderDone
+	return err
 }

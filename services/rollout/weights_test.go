@@ -319,3 +319,73 @@ func TestWeightsSourceLoadCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// On a cluster the version record can arrive before the server that answers the read holds the weights
+// ("object not found"): Watch retries the version with backoff, counts each failed attempt, and loads it
+// once the weights are there, instead of staying on the old version until a newer record comes.
+func TestWeightsSourceWatchRetriesAVersionWhoseWeightsAreNotThereYet(t *testing.T) {
+	m := newMesh(t)
+	ctx := testCtx(t)
+	src, err := rollout.NewWeightsSource(ctx, m.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var failed []int64
+	src.OnLoadError = func(v int64, err error) {
+		mu.Lock()
+		failed = append(failed, v)
+		mu.Unlock()
+	}
+	failures := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(failed)
+	}
+	pool := rollout.NewWeightsPool(25, 0, false, 1)
+	watch := func() (stop func()) {
+		wctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- src.Watch(wctx, m.js, pool, zerolog.Nop(), nil) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Watch returned %v", err)
+			}
+		}
+	}
+	stop := watch()
+	m.publishModel(t, newModel(t, 20), 0, "")
+	eventually(t, 10*time.Second, "version 0", func() bool { return pool.Version() == 0 })
+	stop()
+
+	// Version 1's record is there, its weights not yet (as when a lagging replica answers the read).
+	pm1 := newModel(t, 21)
+	rec := m.publishModel(t, pm1, 1, "")
+	obj, err := m.js.ObjectStore(ctx, proto.BucketWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.Delete(ctx, rec.Object); err != nil {
+		t.Fatal(err)
+	}
+	stop = watch()
+	defer stop()
+	eventually(t, 10*time.Second, "failed loads of version 1", func() bool { return len(failures()) >= 2 })
+	if v := pool.Version(); v != 0 {
+		t.Fatalf("pool at version %d while version 1's weights are missing", v)
+	}
+	w, err := pm1.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.PutBytes(ctx, rec.Object, w); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "version 1 once its weights are there", func() bool { return pool.Version() == 1 })
+	for _, v := range failures() {
+		if v != 1 {
+			t.Fatalf("failed loads of versions %v, want only version 1", failures())
+		}
+	}
+}
