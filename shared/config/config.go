@@ -75,9 +75,15 @@ func Run(name string, c Common, run func(ctx context.Context, p Process) error) 
 	if err != nil {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = retry(tctx, func() error { return bus.EnsureTopology(tctx, js, c.Replicas) })
-	cancel()
+	attempts := 0
+	err = retryEach(ctx, topologyAttempt, topologyDeadline, func(actx context.Context) error {
+		err := bus.EnsureTopology(actx, js, c.Replicas)
+		if err != nil {
+			attempts++
+			log.Warn().Err(err).Int("attempt", attempts).Msg("topology not ready; retrying")
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
@@ -95,15 +101,28 @@ func Run(name string, c Common, run func(ctx context.Context, p Process) error) 
 	return err
 }
 
-// retry calls fn until it succeeds or ctx ends (JetStream may still be electing leaders when a cluster starts).
-func retry(ctx context.Context, fn func() error) error {
+// A fresh JetStream cluster may take minutes to create replicated streams while it elects leaders, and it
+// may drop a request on a leader change without an answer: each attempt is bounded by topologyAttempt, and
+// attempts go on until topologyDeadline.
+const (
+	topologyAttempt  = 15 * time.Second
+	topologyDeadline = 4 * time.Minute
+)
+
+// retryEach calls fn, each call with its own deadline of attempt, until it succeeds or total has passed
+// (or ctx ends); it returns fn's last error.
+func retryEach(ctx context.Context, attempt, total time.Duration, fn func(context.Context) error) error {
+	tctx, cancel := context.WithTimeout(ctx, total)
+	defer cancel()
 	for {
-		err := fn()
+		actx, acancel := context.WithTimeout(tctx, attempt)
+		err := fn(actx)
+		acancel()
 		if err == nil {
 			return nil
 		}
 		select {
-		case <-ctx.Done():
+		case <-tctx.Done():
 			return err
 		case <-time.After(500 * time.Millisecond):
 		}
