@@ -23,19 +23,19 @@ var golden = []struct {
 	empty func() any
 }{
 	{"episode.msgpack", sampleEpisode(), func() any { return &proto.Episode{} }},
-	{"batch.msgpack", &proto.Batch{Schema: 1, ID: "b-0123456789abcdef01234567", Episodes: []proto.Episode{*sampleEpisode()}, TrainerVersion: 41, ReleasedAt: 1764474000000000000}, func() any { return &proto.Batch{} }},
-	{"train_batch.msgpack", &proto.TrainBatch{Schema: 1, ID: "b-0123456789abcdef01234567", TrainerVersion: 41,
+	{"batch.msgpack", &proto.Batch{Schema: proto.SchemaVersion, ID: "b-0123456789abcdef01234567", Episodes: []proto.Episode{*sampleEpisode()}, TrainerVersion: 41, ReleasedAt: 1764474000000000000}, func() any { return &proto.Batch{} }},
+	{"train_batch.msgpack", &proto.TrainBatch{Schema: proto.SchemaVersion, ID: "b-0123456789abcdef01234567", TrainerVersion: 41,
 		Episodes: []proto.TrainEpisode{{Episode: *sampleEpisode(), Advantages: []float64{0.5, 0.5}}},
 		Tasks:    map[string]proto.TaskStat{"alfworld": {Episodes: 1, Successes: 1, MeanReward: 1, AdvMean: 0.25, AdvStd: 0.5}}}, func() any { return &proto.TrainBatch{} }},
-	{"policy_version.msgpack", &proto.PolicyVersion{Schema: 1, Version: 42, Object: "policy-42", Size: 1048612, SHA256: "ab12", EpisodesTrained: 2688, BatchID: "b-0123456789abcdef01234567", PublishedAt: 1764474000000000000}, func() any { return &proto.PolicyVersion{} }},
-	{"env_start_request.msgpack", &proto.EnvStartRequest{Schema: 1, Task: "alfworld", Split: "heldout", Seed: 7, EpisodeID: "g1-0"}, func() any { return &proto.EnvStartRequest{} }},
-	{"env_step_request.msgpack", &proto.EnvStepRequest{Schema: 1, SessionID: "h1-1", Call: proto.ToolCall{Name: "take_action", Arguments: `{"action":"go to fridge 1"}`}}, func() any { return &proto.EnvStepRequest{} }},
-	{"env_step_reply.msgpack", &proto.EnvStepReply{Schema: 1, Observation: "You arrive at fridge 1.", Admissible: []proto.ToolCall{{Name: "take_action", Arguments: `{"action":"open fridge 1"}`}}, Status: "running", Turn: 1}, func() any { return &proto.EnvStepReply{} }},
+	{"policy_version.msgpack", &proto.PolicyVersion{Schema: proto.SchemaVersion, Version: 42, Object: "policy-42", Size: 1048612, SHA256: "ab12", EpisodesTrained: 2688, BatchID: "b-0123456789abcdef01234567", PublishedAt: 1764474000000000000}, func() any { return &proto.PolicyVersion{} }},
+	{"env_start_request.msgpack", &proto.EnvStartRequest{Schema: proto.SchemaVersion, Task: "alfworld", Split: "heldout", Seed: 7, EpisodeID: "g1-0"}, func() any { return &proto.EnvStartRequest{} }},
+	{"env_step_request.msgpack", &proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h1-1", Call: proto.ToolCall{Name: "take_action", Arguments: `{"action":"go to fridge 1"}`}}, func() any { return &proto.EnvStepRequest{} }},
+	{"env_step_reply.msgpack", &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "You arrive at fridge 1.", Admissible: []proto.ToolCall{{Name: "take_action", Arguments: `{"action":"open fridge 1"}`}}, Status: "running", Turn: 1}, func() any { return &proto.EnvStepReply{} }},
 }
 
 func sampleEpisode() *proto.Episode {
 	return &proto.Episode{
-		Schema: 1, ID: "g1-0", GroupID: "g1", GroupSize: 8, Task: "alfworld", Split: "train", Seed: 7,
+		Schema: proto.SchemaVersion, ID: "g1-0", GroupID: "g1", GroupSize: 8, Task: "alfworld", Split: "train", Seed: 7,
 		Instruction: "Your task is to: put a apple in fridge 1.",
 		Turns: []proto.Turn{
 			{Observation: "You are in the middle of a room.", Candidates: []string{"take_action go to fridge 1", "take_action go to countertop 1"}, Chosen: 1, LogProb: -0.6931471805599453, Version: 41, Policy: "current"},
@@ -77,7 +77,7 @@ func TestGoldenFixtures(t *testing.T) {
 			if err := msgpack.Unmarshal(got, &generic); err != nil {
 				t.Fatal(err)
 			}
-			if generic["schema"] != int8(1) && generic["schema"] != uint8(1) && generic["schema"] != int64(1) {
+			if v := generic["schema"]; v != int8(proto.SchemaVersion) && v != uint8(proto.SchemaVersion) && v != int64(proto.SchemaVersion) {
 				t.Fatalf("schema field = %#v (%T)", generic["schema"], generic["schema"])
 			}
 		})

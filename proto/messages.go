@@ -203,10 +203,10 @@ type Batch struct {
 	ReleasedAt     int64 `msgpack:"released_at"`
 }
 
-// TrainEpisode is an episode with one advantage per turn.
+// TrainEpisode is an episode with one advantage per turn (on the wire as one packed blob, see Float64s).
 type TrainEpisode struct {
-	Episode    Episode   `msgpack:"episode"`
-	Advantages []float64 `msgpack:"advantages"`
+	Episode    Episode  `msgpack:"episode"`
+	Advantages Float64s `msgpack:"advantages"`
 }
 
 // TaskStat summarizes one task family's episodes in a batch.

@@ -8,7 +8,9 @@ import (
 )
 
 // SchemaVersion is written into every message; a reader rejects a message whose schema it does not know.
-const SchemaVersion = 1
+// Schema 2 sends float slices (TrainEpisode.Advantages) as one packed little-endian blob; schema 1 sent
+// them as msgpack arrays of float64.
+const SchemaVersion = 2
 
 // Subjects of the env function-call API (core NATS request/reply, served as a NATS micro service).
 const (

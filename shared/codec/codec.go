@@ -2,8 +2,10 @@
 package codec
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/vmihailenco/msgpack/v5"
@@ -21,9 +23,29 @@ func Marshal(v any, limit int) ([]byte, error) {
 	return b, nil
 }
 
+// decoder is a msgpack decoder with the reader it reads from, reused through decoders so that a decode
+// allocates nothing but what it decodes.
+type decoder struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var decoders = sync.Pool{New: func() any {
+	d := &decoder{}
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}}
+
 // Unmarshal decodes msgpack into v (a pointer to a proto message) and checks its Schema field.
 func Unmarshal(data []byte, v any) error {
-	if err := msgpack.Unmarshal(data, v); err != nil {
+	d := decoders.Get().(*decoder)
+	d.r.Reset(data)
+	d.dec.Reset(&d.r) // a *bytes.Reader is read as is, without a bufio.Reader around it
+	d.dec.UsePreallocateValues(true)
+	err := d.dec.Decode(v)
+	d.r.Reset(nil)
+	decoders.Put(d)
+	if err != nil {
 		return fmt.Errorf("%w: decode %T: %v", proto.ErrMalformed, v, err)
 	}
 	rv := reflect.ValueOf(v)

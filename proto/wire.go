@@ -1,0 +1,384 @@
+package proto
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// This file holds the hand-written parts of the wire codec: float slices as one packed blob, and the
+// decoders of the two messages every training stage reads most (Episode and its Turns), which allocate
+// nothing beyond the decoded data itself. Encoding stays with the struct tags, so the tags in messages.go
+// remain the one definition of the field names; the round-trip and golden tests hold the two together.
+
+// Float64s is a float64 slice that goes on the wire as one msgpack bin: the IEEE 754 bits of each value,
+// little-endian, 8 bytes per value, in order. A nil slice is msgpack nil; an empty one is a bin of length 0.
+type Float64s []float64
+
+// floatChunk is how many values are converted per write or read through a stack buffer.
+const floatChunk = 64
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (f Float64s) EncodeMsgpack(e *msgpack.Encoder) error {
+	if f == nil {
+		return e.EncodeNil()
+	}
+	if err := e.EncodeBytesLen(8 * len(f)); err != nil {
+		return err
+	}
+	var buf [8 * floatChunk]byte
+	for len(f) > 0 {
+		n := min(len(f), floatChunk)
+		for i, x := range f[:n] {
+			binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(x))
+		}
+		if err := write(e, buf[:8*n]); err != nil {
+			return err
+		}
+		f = f[n:]
+	}
+	return nil
+}
+
+// write writes b to the encoder's output; writing to the bytes.Buffer behind msgpack.Marshal directly keeps
+// b (a caller's stack buffer) from escaping to the heap.
+func write(e *msgpack.Encoder, b []byte) error {
+	if w, ok := e.Writer().(*bytes.Buffer); ok {
+		_, err := w.Write(b)
+		return err
+	}
+	_, err := e.Writer().Write(bytes.Clone(b))
+	return err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (f *Float64s) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeBytesLen()
+	if err != nil {
+		return err
+	}
+	if n == -1 {
+		*f = nil
+		return nil
+	}
+	if n%8 != 0 {
+		return fmt.Errorf("msgpack: float64 blob of %d bytes is not a multiple of 8", n)
+	}
+	if err := checkRemaining(d, n); err != nil {
+		return err
+	}
+	out := make(Float64s, n/8)
+	var buf [8 * floatChunk]byte
+	for i := 0; i < len(out); {
+		k := min(len(out)-i, floatChunk)
+		if err := readFull(d, buf[:8*k]); err != nil {
+			return err
+		}
+		for j := range k {
+			out[i+j] = math.Float64frombits(binary.LittleEndian.Uint64(buf[8*j:]))
+		}
+		i += k
+	}
+	*f = out
+	return nil
+}
+
+// checkRemaining refuses a length that claims more bytes than the input holds, before anything is allocated
+// for it (when the decoder reads from memory, as codec.Unmarshal's does).
+func checkRemaining(d *msgpack.Decoder, n int) error {
+	if r, ok := d.Buffered().(*bytes.Reader); ok && n > r.Len() {
+		return fmt.Errorf("msgpack: length %d exceeds the %d bytes left", n, r.Len())
+	}
+	return nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder: it reads the map that the struct tags of Episode
+// produce, in any key order, skipping keys it does not know.
+func (e *Episode) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	*e = Episode{}
+	if n == -1 {
+		return nil
+	}
+	var key [32]byte
+	for i := 0; i < n; i++ {
+		kn, err := decodeKey(d, &key)
+		if err != nil {
+			return err
+		}
+		switch string(key[:kn]) { // compared without a copy
+		case "schema":
+			e.Schema, err = d.DecodeInt()
+		case "id":
+			e.ID, err = d.DecodeString()
+		case "group_id":
+			e.GroupID, err = d.DecodeString()
+		case "group_size":
+			e.GroupSize, err = d.DecodeInt()
+		case "task":
+			e.Task, err = d.DecodeString()
+		case "split":
+			e.Split, err = decodeKnown(d, splits)
+		case "seed":
+			e.Seed, err = d.DecodeUint64()
+		case "instruction":
+			e.Instruction, err = d.DecodeString()
+		case "turns":
+			e.Turns, err = decodeTurns(d)
+		case "reward":
+			e.Reward, err = d.DecodeFloat64()
+		case "status":
+			e.Status, err = decodeKnown(d, statuses)
+		case "infra_failure":
+			e.InfraFailure, err = d.DecodeBool()
+		case "failure":
+			e.Failure, err = d.DecodeString()
+		case "rollout_id":
+			e.RolloutID, err = d.DecodeString()
+		case "host_id":
+			e.HostID, err = d.DecodeString()
+		case "started_at":
+			e.StartedAt, err = d.DecodeInt64()
+		case "finished_at":
+			e.FinishedAt, err = d.DecodeInt64()
+		case "start_version":
+			e.StartVersion, err = d.DecodeInt64()
+		default:
+			err = d.Skip()
+		}
+		if err != nil {
+			return fmt.Errorf("msgpack: episode field %q: %w", string(key[:kn]), err)
+		}
+	}
+	return nil
+}
+
+func decodeTurns(d *msgpack.Decoder) ([]Turn, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		return nil, err
+	}
+	if err := checkRemaining(d, n); err != nil { // every turn takes at least one byte
+		return nil, err
+	}
+	turns := make([]Turn, n)
+	for i := range turns {
+		if err := turns[i].DecodeMsgpack(d); err != nil {
+			return nil, fmt.Errorf("turn %d: %w", i, err)
+		}
+	}
+	return turns, nil
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder for the map that Turn's struct tags produce. The texts of
+// a turn (its observation and candidates) share one allocation when the decoder reads from memory.
+func (t *Turn) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	*t = Turn{}
+	if n == -1 {
+		return nil
+	}
+	r, _ := d.Buffered().(*bytes.Reader)
+	var sc *turnScratch
+	if r != nil {
+		sc = scratchPool.Get().(*turnScratch)
+		sc.text, sc.ends = sc.text[:0], sc.ends[:0]
+		defer sc.release()
+	}
+	obsEnd := -1 // with sc: the observation is sc.text[:obsEnd] when it came first, else ...
+	obsStart := 0
+	var key [32]byte
+	for i := 0; i < n; i++ {
+		kn, err := decodeKey(d, &key)
+		if err != nil {
+			return err
+		}
+		switch string(key[:kn]) { // compared without a copy
+		case "observation":
+			if sc == nil {
+				t.Observation, err = d.DecodeString()
+				break
+			}
+			obsStart = len(sc.text)
+			sc.text, err = appendText(d, r, sc.text)
+			obsEnd = len(sc.text)
+		case "candidates":
+			if sc == nil {
+				t.Candidates, err = decodeStrings(d)
+				break
+			}
+			err = sc.candidates(d, r, t)
+		case "chosen":
+			t.Chosen, err = d.DecodeInt()
+		case "logprob":
+			t.LogProb, err = d.DecodeFloat64()
+		case "version":
+			t.Version, err = d.DecodeInt64()
+		case "policy":
+			t.Policy, err = decodeKnown(d, policies)
+		default:
+			err = d.Skip()
+		}
+		if err != nil {
+			return fmt.Errorf("field %q: %w", string(key[:kn]), err)
+		}
+	}
+	if sc != nil && len(sc.text) > 0 {
+		text := string(sc.text) // the one allocation of the turn's texts
+		if obsEnd >= 0 {
+			t.Observation = text[obsStart:obsEnd]
+		}
+		for i, b := range sc.ends {
+			t.Candidates[i] = text[b.start:b.end]
+		}
+	}
+	return nil
+}
+
+// turnScratch collects a turn's texts while it is decoded.
+type turnScratch struct {
+	text []byte
+	ends []span
+}
+
+type span struct{ start, end int }
+
+var scratchPool = sync.Pool{New: func() any { return &turnScratch{} }}
+
+// release returns the scratch to the pool unless one outsized turn made it large.
+func (sc *turnScratch) release() {
+	if cap(sc.text) <= 1<<20 {
+		scratchPool.Put(sc)
+	}
+}
+
+// candidates reads the candidates array into t.Candidates (its strings filled in once the turn is read).
+func (sc *turnScratch) candidates(d *msgpack.Decoder, r *bytes.Reader, t *Turn) error {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		return err
+	}
+	if n > r.Len() { // every candidate takes at least one byte
+		return fmt.Errorf("msgpack: %d candidates in %d bytes", n, r.Len())
+	}
+	t.Candidates = make([]string, n)
+	sc.ends = sc.ends[:0]
+	for range n {
+		start := len(sc.text)
+		if sc.text, err = appendText(d, r, sc.text); err != nil {
+			return err
+		}
+		sc.ends = append(sc.ends, span{start, len(sc.text)})
+	}
+	return nil
+}
+
+// appendText appends the bytes of one msgpack string (nil reads as empty) read straight from r.
+func appendText(d *msgpack.Decoder, r *bytes.Reader, b []byte) ([]byte, error) {
+	n, err := d.DecodeBytesLen()
+	if err != nil || n <= 0 {
+		return b, err
+	}
+	if n > r.Len() {
+		return b, io.ErrUnexpectedEOF
+	}
+	start := len(b)
+	b = slices.Grow(b, n)[:start+n]
+	_, _ = r.Read(b[start:])
+	return b, nil
+}
+
+func decodeStrings(d *msgpack.Decoder) ([]string, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		return nil, err
+	}
+	out := make([]string, 0, min(n, 1024)) // a length is only trusted as far as strings arrive
+	for range n {
+		s, err := d.DecodeString()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// decodeKey reads a map key into buf without allocating and returns its length; a key too long for buf
+// is consumed and reported as empty (no field has such a key, so its value is skipped).
+func decodeKey(d *msgpack.Decoder, buf *[32]byte) (int, error) {
+	n, err := d.DecodeBytesLen()
+	if err != nil || n <= 0 {
+		return 0, err
+	}
+	if n > len(buf) {
+		if err := checkRemaining(d, n); err != nil {
+			return 0, err
+		}
+		return 0, d.ReadFull(make([]byte, n))
+	}
+	return n, readFull(d, buf[:n])
+}
+
+// readFull fills b from the decoder's input. Reading from the bytes.Reader behind codec.Unmarshal directly
+// keeps b (a caller's stack buffer) from escaping to the heap, which a read through an io.Reader would force.
+func readFull(d *msgpack.Decoder, b []byte) error {
+	if r, ok := d.Buffered().(*bytes.Reader); ok {
+		if n, _ := r.Read(b); n < len(b) {
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	}
+	tmp := make([]byte, len(b)) // any other reader: through a heap buffer
+	if err := d.ReadFull(tmp); err != nil {
+		return err
+	}
+	copy(b, tmp)
+	return nil
+}
+
+// Values of the enumerated string fields, returned as shared constants instead of fresh copies.
+var (
+	splits   = []string{SplitTrain, SplitHeldout}
+	statuses = []string{StatusCompleted, StatusTurnLimit, StatusInvalidAction, StatusError, StatusRunning}
+	policies = []string{PolicyCurrent, PolicyStale}
+)
+
+// decodeKnown reads a string and returns the matching constant of known when there is one (no allocation),
+// or a copy otherwise.
+func decodeKnown(d *msgpack.Decoder, known []string) (string, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if !msgpcode.IsFixedString(c) {
+		return d.DecodeString()
+	}
+	var buf [31]byte // fixstr: at most 31 bytes
+	n, err := d.DecodeBytesLen()
+	if err != nil {
+		return "", err
+	}
+	if err := readFull(d, buf[:n]); err != nil {
+		return "", err
+	}
+	for _, k := range known {
+		if k == string(buf[:n]) {
+			return k, nil
+		}
+	}
+	return string(buf[:n]), nil
+}

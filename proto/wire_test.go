@@ -1,0 +1,190 @@
+package proto_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestFloat64sWireFormat(t *testing.T) {
+	blob := func(xs ...float64) []byte {
+		b := make([]byte, 8*len(xs))
+		for i, x := range xs {
+			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
+		}
+		return b
+	}
+	tests := []struct {
+		name     string
+		given    proto.Float64s
+		expected []byte
+	}{
+		{"nil is msgpack nil", nil, []byte{0xc0}},
+		{"empty is an empty bin", proto.Float64s{}, []byte{0xc4, 0}},
+		{"two values", proto.Float64s{0.5, -1.25}, append([]byte{0xc4, 16}, blob(0.5, -1.25)...)},
+		// 40 values = 320 bytes: a bin 16 header, and more than one conversion chunk of the encoder.
+		{"bin 16", make(proto.Float64s, 40), append([]byte{0xc5, 1, 64}, blob(make([]float64, 40)...)...)},
+		{"special values", proto.Float64s{math.Inf(1), math.Copysign(0, -1)}, append([]byte{0xc4, 16}, blob(math.Inf(1), math.Copysign(0, -1))...)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := msgpack.Marshal(tc.given)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tc.expected) {
+				t.Fatalf("encoded % x, want % x", got, tc.expected)
+			}
+			var back proto.Float64s
+			if err := msgpack.Unmarshal(got, &back); err != nil {
+				t.Fatal(err)
+			}
+			if (back == nil) != (tc.given == nil) || len(back) != len(tc.given) {
+				t.Fatalf("decoded %v, want %v", back, tc.given)
+			}
+			for i := range back {
+				if math.Float64bits(back[i]) != math.Float64bits(tc.given[i]) {
+					t.Fatalf("value %d decoded %v, want %v", i, back[i], tc.given[i])
+				}
+			}
+		})
+	}
+}
+
+func TestFloat64sRefusesBadBlobs(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"length not a multiple of 8": append([]byte{0xc4, 7}, make([]byte, 7)...),
+		"length beyond the input":    append([]byte{0xc6, 0x10, 0, 0, 0}, make([]byte, 16)...),
+		"truncated":                  append([]byte{0xc4, 16}, make([]byte, 9)...),
+		"an array (schema 1)":        {0x92, 0xcb, 0x3f, 0xe0, 0, 0, 0, 0, 0, 0, 0xcb, 0x3f, 0xe0, 0, 0, 0, 0, 0, 0},
+	} {
+		var f proto.Float64s
+		if err := msgpack.Unmarshal(data, &f); err == nil {
+			t.Errorf("%s: decoded %v without an error", name, f)
+		}
+	}
+}
+
+// fill sets every field of the struct v points to a distinct non-zero value, so that a decoder that misses
+// a field (one added to the struct but not to the hand-written decoder) is caught.
+func fill(t *testing.T, v reflect.Value, seed int) {
+	t.Helper()
+	for i := 0; i < v.NumField(); i++ {
+		f, k := v.Field(i), seed*100+i+1
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(strings.Repeat(string(rune('a'+i%26)), k%7+1) + v.Type().Field(i).Name)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(k) * 1_000_003)
+		case reflect.Uint64:
+			f.SetUint(uint64(k) << 40)
+		case reflect.Float64:
+			f.SetFloat(-float64(k) / 8)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			s := reflect.MakeSlice(f.Type(), 3, 3)
+			for j := 0; j < 3; j++ {
+				switch e := s.Index(j); e.Kind() {
+				case reflect.String:
+					e.SetString(strings.Repeat("c", j) + "andidate")
+				case reflect.Struct:
+					fill(t, e, k+j)
+				default:
+					t.Fatalf("fill: slice of %v", e.Kind())
+				}
+			}
+			f.Set(s)
+		default:
+			t.Fatalf("fill: field %s of kind %v: teach fill (and the decoder in wire.go) about it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+}
+
+// The hand-written Episode and Turn decoders read back every field the struct tags write.
+func TestEpisodeDecoderReadsEveryTaggedField(t *testing.T) {
+	var want proto.Episode
+	fill(t, reflect.ValueOf(&want).Elem(), 1)
+	data, err := msgpack.Marshal(&want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := proto.Episode{ID: "left over", Turns: []proto.Turn{{Observation: "old"}}}
+	if err := msgpack.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded\n%+v\nwant\n%+v", got, want)
+	}
+	// Inside a batch and a train batch (decoded by reflection around the hand-written parts).
+	tb := proto.TrainBatch{Schema: proto.SchemaVersion, ID: "b", Episodes: []proto.TrainEpisode{{Episode: want, Advantages: proto.Float64s{1, 2, 3}}}}
+	if data, err = msgpack.Marshal(&tb); err != nil {
+		t.Fatal(err)
+	}
+	var tbBack proto.TrainBatch
+	if err := msgpack.Unmarshal(data, &tbBack); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(tbBack, tb) {
+		t.Fatalf("train batch decoded\n%+v\nwant\n%+v", tbBack, tb)
+	}
+}
+
+// A producer in another language may order keys differently, add fields, or send nil for a string.
+func TestEpisodeDecoderToleratesOtherProducers(t *testing.T) {
+	data, err := msgpack.Marshal(map[string]any{
+		"turns": []any{map[string]any{"policy": "stale", "future": []any{1, "x", map[string]any{"y": nil}},
+			"candidates": []any{"go west", nil, "look"}, "chosen": uint8(2), "observation": nil, "logprob": float32(-0.5), "version": int8(3)}},
+		"schema": int8(proto.SchemaVersion), "id": "e-1", "a_key_much_longer_than_thirty_two_bytes_of_scratch": "ignored",
+		"group_id": "g", "group_size": 8, "task": "alfworld", "split": "heldout", "seed": uint64(math.MaxUint64),
+		"reward": 1, "status": "some-future-status", "started_at": int64(-1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got proto.Episode
+	if err := msgpack.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Episode{Schema: proto.SchemaVersion, ID: "e-1", GroupID: "g", GroupSize: 8, Task: "alfworld", Split: proto.SplitHeldout,
+		Seed: math.MaxUint64, Reward: 1, Status: "some-future-status", StartedAt: -1,
+		Turns: []proto.Turn{{Candidates: []string{"go west", "", "look"}, Chosen: 2, LogProb: -0.5, Version: 3, Policy: proto.PolicyStale}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded\n%+v\nwant\n%+v", got, want)
+	}
+	var null proto.Episode
+	if err := msgpack.Unmarshal([]byte{0xc0}, &null); err != nil || !reflect.DeepEqual(null, proto.Episode{}) {
+		t.Fatalf("nil decoded to %+v, %v", null, err)
+	}
+}
+
+func TestEpisodeDecoderRefusesMalformedInput(t *testing.T) {
+	good, err := msgpack.Marshal(sampleEpisode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < len(good); n++ {
+		var ep proto.Episode
+		if err := msgpack.Unmarshal(good[:n], &ep); err == nil {
+			t.Fatalf("truncated to %d of %d bytes: no error", n, len(good))
+		}
+	}
+	huge := map[string][]byte{
+		"turns":      {0x81, 0xa5, 't', 'u', 'r', 'n', 's', 0xdd, 0x7f, 0xff, 0xff, 0xff},
+		"candidates": {0x81, 0xa5, 't', 'u', 'r', 'n', 's', 0x91, 0x81, 0xaa, 'c', 'a', 'n', 'd', 'i', 'd', 'a', 't', 'e', 's', 0xdd, 0x7f, 0xff, 0xff, 0xff},
+		"a string":   {0x81, 0xa2, 'i', 'd', 0xdb, 0x7f, 0xff, 0xff, 0xff},
+		"an array":   {0x91, 0x01},
+	}
+	for name, data := range huge {
+		var ep proto.Episode
+		if err := msgpack.Unmarshal(data, &ep); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
