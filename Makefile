@@ -31,16 +31,21 @@ fmt-check:
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-# Unit and package tests of every module, with the race detector.
+# Unit and package tests of every module, with the race detector; then the allocation bounds, which only
+# hold without it (the race detector makes sync.Pool drop values).
 test-unit:
 	@for m in $(filter-out tests,$(MODULES)); do echo "== $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -count=1 ./...) || exit 1; done
+	cd shared && $(GO) test -count=1 -run 'Allocates' ./codec/
 
 # End-to-end tests: the mesh learning on an embedded server, the services as separate processes.
 test-e2e: build
 	cd tests && JETRL_BIN=$(abspath $(BIN)) $(GO) test -count=1 -timeout 25m -v ./...
 
+# Every Go benchmark of every module with allocations: episode encode/decode (shared/codec), policy forward,
+# backward and weights (shared/policy), advantages (services/advantage-normalizer), env steps and sessions.
+BENCHTIME ?= 1s
 bench:
-	cd shared && $(GO) test -run '^$$' -bench . -benchmem ./policy/
+	@for m in $(filter-out tests,$(MODULES)); do echo "== $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...) || exit 1; done
 
 clean:
 	rm -rf $(BIN) out

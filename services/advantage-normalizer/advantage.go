@@ -49,16 +49,12 @@ func TaskNormalize(task []string, adv [][]float64) (map[string][2]float64, error
 	}
 	stats := map[string][2]float64{}
 	for t, idx := range byTask {
-		var all []float64
-		for _, i := range idx {
-			all = append(all, adv[i]...)
-		}
-		if len(all) == 0 {
-			continue
-		}
-		mean, std, err := meanStd(all)
+		mean, std, n, err := meanStdOf(adv, idx)
 		if err != nil {
 			return nil, fmt.Errorf("task %s: %w", t, err)
+		}
+		if n == 0 {
+			continue
 		}
 		for _, i := range idx {
 			for k := range adv[i] {
@@ -68,6 +64,30 @@ func TaskNormalize(task []string, adv [][]float64) (map[string][2]float64, error
 		stats[t] = [2]float64{mean, std}
 	}
 	return stats, nil
+}
+
+// meanStdOf is meanStd over the concatenation of xs[i] for i in idx (in that order, so the sums are the
+// same), without building the concatenation; n is its length.
+func meanStdOf(xs [][]float64, idx []int) (mean, std float64, n int, err error) {
+	for _, i := range idx {
+		for _, x := range xs[i] {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return 0, 0, 0, fmt.Errorf("%w: %v", ErrNonFinite, x)
+			}
+			mean += x
+		}
+		n += len(xs[i])
+	}
+	if n == 0 {
+		return 0, 0, 0, nil
+	}
+	mean /= float64(n)
+	for _, i := range idx {
+		for _, x := range xs[i] {
+			std += (x - mean) * (x - mean)
+		}
+	}
+	return mean, math.Sqrt(std / float64(n)), n, nil
 }
 
 func meanStd(xs []float64) (mean, std float64, err error) {
@@ -111,6 +131,16 @@ func Advantages(b *proto.Batch, opt Options) (*proto.TrainBatch, error) {
 	sort.Strings(ids)
 	adv := make([][]float64, len(b.Episodes))
 	tasks := make([]string, len(b.Episodes))
+	turns := 0
+	for i := range b.Episodes {
+		turns += len(b.Episodes[i].Turns)
+	}
+	flat := make([]float64, turns) // every episode's advantages, one slice of it each
+	off := make([]int, len(b.Episodes))
+	for i, o := 0, 0; i < len(b.Episodes); i++ {
+		off[i] = o
+		o += len(b.Episodes[i].Turns)
+	}
 	for _, id := range ids {
 		idx := groups[id]
 		rewards := make([]float64, len(idx))
@@ -123,7 +153,8 @@ func Advantages(b *proto.Batch, opt Options) (*proto.TrainBatch, error) {
 		}
 		for k, i := range idx {
 			tasks[i] = b.Episodes[i].Task
-			adv[i] = make([]float64, len(b.Episodes[i].Turns))
+			n := len(b.Episodes[i].Turns)
+			adv[i] = flat[off[i] : off[i]+n : off[i]+n]
 			for t := range adv[i] {
 				adv[i][t] = ga[k]
 			}
@@ -136,7 +167,8 @@ func Advantages(b *proto.Batch, opt Options) (*proto.TrainBatch, error) {
 			return nil, err
 		}
 	}
-	tb := &proto.TrainBatch{Schema: proto.SchemaVersion, ID: b.ID, TrainerVersion: b.TrainerVersion, Tasks: map[string]proto.TaskStat{}}
+	tb := &proto.TrainBatch{Schema: proto.SchemaVersion, ID: b.ID, TrainerVersion: b.TrainerVersion, Tasks: map[string]proto.TaskStat{},
+		Episodes: make([]proto.TrainEpisode, 0, len(b.Episodes))}
 	for i := range b.Episodes {
 		ep := b.Episodes[i]
 		tb.Episodes = append(tb.Episodes, proto.TrainEpisode{Episode: ep, Advantages: adv[i]})

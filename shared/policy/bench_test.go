@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -62,6 +63,48 @@ func BenchmarkAdamStep(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := opt.Step(m.Weights, grad); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSample is one acting turn of rollout: a forward pass and a softmax draw.
+func BenchmarkSample(b *testing.B) {
+	m, in := benchModel(b), benchInput()
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ReportAllocs()
+	for b.Loop() {
+		if c, _ := m.Sample(in, rng); c < 0 {
+			b.Fatal("no choice")
+		}
+	}
+}
+
+// BenchmarkAccumulateEntropyGrad is the entropy bonus's backward pass of one turn.
+func BenchmarkAccumulateEntropyGrad(b *testing.B) {
+	m, in := benchModel(b), benchInput()
+	grad := make([]float64, m.NumParams())
+	b.ReportAllocs()
+	for b.Loop() {
+		m.AccumulateEntropyGrad(in, 0.01, grad)
+	}
+}
+
+// BenchmarkWeightsRoundTrip is the weight blob the trainer publishes and every rollout loads (2^18 float32).
+func BenchmarkWeightsRoundTrip(b *testing.B) {
+	m := benchModel(b)
+	blob, err := m.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(blob)))
+	b.ReportAllocs()
+	for b.Loop() {
+		blob, err := m.MarshalBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Load(blob); err != nil {
 			b.Fatal(err)
 		}
 	}
