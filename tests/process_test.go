@@ -43,7 +43,7 @@ func binaries(t *testing.T) string {
 			return
 		}
 		binDir = dir
-		pkgs := map[string]string{"nats-server": "github.com/nats-io/nats-server/v2"}
+		pkgs := map[string]string{"nats-server": "github.com/nats-io/nats-server/v2", "jetrl": "github.com/jetrl/jetrl/cmd/jetrl"}
 		for _, s := range []string{"env", "rollout", "replay-buffer", "advantage-normalizer", "trainer"} {
 			pkgs["jetrl-"+s] = "github.com/jetrl/jetrl/services/" + s + "/cmd/jetrl-" + s
 		}
@@ -59,7 +59,7 @@ func binaries(t *testing.T) string {
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
-	for _, n := range []string{"nats-server", "jetrl-env", "jetrl-rollout", "jetrl-replay-buffer", "jetrl-advantage-normalizer", "jetrl-trainer"} {
+	for _, n := range []string{"nats-server", "jetrl", "jetrl-env", "jetrl-rollout", "jetrl-replay-buffer", "jetrl-advantage-normalizer", "jetrl-trainer"} {
 		if _, err := os.Stat(filepath.Join(binDir, n)); err != nil {
 			t.Fatalf("missing binary %s in %s (run make build): %v", n, binDir, err)
 		}

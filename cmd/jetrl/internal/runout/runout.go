@@ -141,6 +141,26 @@ func ReadSummary(dir string) (Summary, error) {
 	return s, nil
 }
 
+// ReadMetrics reads dir/metrics.jsonl.
+func ReadMetrics(dir string) ([]Point, error) {
+	f, err := os.Open(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var pts []Point
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for line := 1; sc.Scan(); line++ {
+		var p Point
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", filepath.Join(dir, MetricsFile), line, err)
+		}
+		pts = append(pts, p)
+	}
+	return pts, sc.Err()
+}
+
 // TaskNames lists the tasks that appear in points, sorted.
 func TaskNames(points []Point) []string {
 	seen := map[string]bool{}
