@@ -1,9 +1,282 @@
 package main
 
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
 // benchCmd groups the performance benchmarks. Each prints a table, or with --json one JSON object.
 type benchCmd struct {
 	AsyncVsSync benchAsyncCmd   `cmd:"" name:"async-vs-sync" help:"Trained episodes per second, asynchronous mesh against synchronous rollout-then-train, on a long-tailed env."`
 	Mesh        benchMeshCmd    `cmd:"" help:"Data-plane throughput through all five services next to a raw JetStream publish-and-consume."`
 	Scale       benchScaleCmd   `cmd:"" help:"Throughput with 1, 2 and 4 rollout replicas against latency-bound env hosts."`
 	Weights     benchWeightsCmd `cmd:"" help:"Time from the trainer publishing a version to every rollout serving it, next to a raw Object Store put and get."`
+}
+
+// trialConfig is one measured run of the whole mesh (bench async-vs-sync and bench scale) on a fresh
+// embedded server.
+type trialConfig struct {
+	// Mesh is the mesh to run; NATSURL, Log and Env.StepLatency are set by the trial.
+	Mesh mesh.Config
+	// Latency is added to every env step.
+	Latency env.LatencyConfig
+	// WarmupBatches are trained before the measured window opens (the pipeline fills meanwhile).
+	WarmupBatches int64
+	// Episodes is how many trained episodes the measured window spans at least: it closes at the first
+	// version with WarmupBatches·B + Episodes episodes trained in all, so trials of one B end alike.
+	Episodes int64
+	// EvalEpisodes held-out episodes per task are played greedily with the policy of the window's last
+	// version (0: no evaluation), from instances drawn with EvalSeed.
+	EvalEpisodes int
+	EvalSeed     uint64
+	// Timeout bounds the whole trial.
+	Timeout time.Duration
+}
+
+// trialResult is what one trial measured. Rates and busy fractions are over the measured window; the
+// staleness histograms are over every episode the run trained.
+type trialResult struct {
+	EpisodesPerS float64 `json:"episodes_per_s"`
+	EnvStepsPerS float64 `json:"env_steps_per_s"`
+	Episodes     int64   `json:"episodes"`
+	Seconds      float64 `json:"seconds"`
+	Batches      int64   `json:"batches"`
+	// TrainerBusy is the fraction of the window the trainer spent applying batches (update, checkpoint,
+	// publishing weights and version); TrainerUpdate the fraction spent in the update alone.
+	TrainerBusy   float64 `json:"trainer_busy"`
+	TrainerUpdate float64 `json:"trainer_update"`
+	// EvalVersion is the policy version held-out success was measured with, after EpisodesTrained.
+	EvalVersion     int64                         `json:"eval_version"`
+	EpisodesTrained int64                         `json:"episodes_trained"`
+	Staleness       []int64                       `json:"staleness_episodes"`
+	TurnStaleness   []int64                       `json:"staleness_turns"`
+	MaxStaleness    int64                         `json:"max_staleness"`
+	DroppedStale    int64                         `json:"dropped_stale"`
+	InfraFailures   int64                         `json:"infra_failures"`
+	HeldOut         map[string]rollout.EvalResult `json:"heldout,omitempty"`
+	HeldOutSuccess  float64                       `json:"heldout_success"`
+}
+
+// trialMark is the mesh's counters at one train step event.
+type trialMark struct {
+	at      time.Time
+	version int64
+	trained int64
+	busy    float64
+	update  float64
+	turns   int64
+}
+
+// runTrial starts an embedded server and the mesh, trains WarmupBatches batches, measures the next Episodes
+// trained episodes, evaluates the policy they produced, and stops everything it started.
+func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, tc.Timeout)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "jetrl-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Shutdown()
+	mc := tc.Mesh
+	mc.NATSURL, mc.Log = srv.URL(), log
+	if mc.Env.StepLatency, err = tc.Latency.StepLatency(); err != nil {
+		return nil, err
+	}
+	m, err := mesh.Start(ctx, mc)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Stop()
+	if err := m.WaitVersion(ctx, 0); err != nil {
+		return nil, err
+	}
+	admin, err := bus.Connect(ctx, srv.URL(), "jetrl-bench", log)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	steps := make(chan *nats.Msg, 4096)
+	sub, err := admin.ChanSubscribe(proto.SubjectEventTrainStep, steps)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := admin.Flush(); err != nil {
+		return nil, err
+	}
+	// mark takes the counters as of version: the time the trainer published it, and its busy time once the
+	// batch that made it is counted (the trainer adds a batch's busy time after publishing).
+	mark := func(version, trained int64, at time.Time) (trialMark, error) {
+		mk := trialMark{at: at, version: version, trained: trained}
+		for _, r := range m.Rollouts {
+			mk.turns += r.Status().Turns
+		}
+		for {
+			if s := m.Trainer.Stats(); s.Version >= version {
+				mk.busy, mk.update = s.BusySeconds, s.UpdateSeconds
+				return mk, nil
+			}
+			select {
+			case <-ctx.Done():
+				return mk, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	if err := m.StartRollouts(ctx); err != nil {
+		return nil, err
+	}
+	var start, end *trialMark
+	target := tc.WarmupBatches*int64(mc.BatchSize) + tc.Episodes
+	if tc.WarmupBatches == 0 {
+		s, _ := mark(0, 0, time.Now())
+		start = &s
+	}
+	for end == nil {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("trial stopped after %v at policy version %d, %d episodes trained: %w",
+				tc.Timeout, m.Trainer.Stats().Version, m.Trainer.Stats().EpisodesTrained, ctx.Err())
+		case msg := <-steps:
+			var ev proto.TrainStep
+			if err := codec.Unmarshal(msg.Data, &ev); err != nil {
+				return nil, fmt.Errorf("train step event: %w", err)
+			}
+			var mk trialMark
+			switch {
+			case start == nil && ev.Version >= tc.WarmupBatches:
+				mk, err = mark(ev.Version, ev.EpisodesTrained, time.Unix(0, ev.At))
+				start = &mk
+			case start != nil && ev.EpisodesTrained >= target:
+				mk, err = mark(ev.Version, ev.EpisodesTrained, time.Unix(0, ev.At))
+				end = &mk
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if err := m.Err(); err != nil {
+			return nil, err
+		}
+	}
+	// The weights of the window's last version, fetched now, while the object store still keeps them.
+	js, err := bus.JetStream(admin)
+	if err != nil {
+		return nil, err
+	}
+	src, err := rollout.NewWeightsSource(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	w, err := src.Objects.GetBytes(ctx, proto.WeightsObject(end.version))
+	if err != nil {
+		return nil, fmt.Errorf("weights of version %d: %w", end.version, err)
+	}
+	model, err := policy.Load(w)
+	if err != nil {
+		return nil, err
+	}
+	m.StopRollouts()
+
+	secs := end.at.Sub(start.at).Seconds()
+	res := &trialResult{
+		Episodes: end.trained - start.trained, Seconds: secs, Batches: end.version - start.version,
+		TrainerBusy: (end.busy - start.busy) / secs, TrainerUpdate: (end.update - start.update) / secs,
+		EvalVersion: end.version, EpisodesTrained: end.trained,
+	}
+	res.EpisodesPerS = float64(res.Episodes) / secs
+	res.EnvStepsPerS = float64(end.turns-start.turns) / secs
+	ts, bs := m.Trainer.Stats(), m.Buffer.Stats()
+	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness
+	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
+	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
+	for _, r := range m.Rollouts {
+		res.InfraFailures += r.Status().InfraFailures
+	}
+	if tc.EvalEpisodes > 0 {
+		pool := rollout.NewWeightsPool(0, 0, true, tc.EvalSeed)
+		pool.Set(model, end.version)
+		res.HeldOut, err = rollout.Evaluate(ctx, envclient.New(admin, envclient.Config{}), pool,
+			rollout.EvalConfig{Tasks: mc.Tasks, Episodes: tc.EvalEpisodes, Seed: tc.EvalSeed, Concurrency: 64})
+		if err != nil {
+			return nil, fmt.Errorf("held-out evaluation: %w", err)
+		}
+		for _, r := range res.HeldOut {
+			res.HeldOutSuccess += r.Success / float64(len(res.HeldOut))
+		}
+	}
+	m.Stop()
+	return res, m.Err()
+}
+
+// trialLog is the services' log of a benchmark: on stderr, errors only unless asked.
+func trialLog(level string) (zerolog.Logger, error) {
+	return logging.New("bench", level, false, os.Stderr)
+}
+
+// benchPrintJSON prints v as one indented JSON object.
+func benchPrintJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// trialHistString shows a staleness histogram as "0:n0 1:n1 ...".
+func trialHistString(h []int64) string {
+	parts := make([]string, len(h))
+	for s, n := range h {
+		parts[s] = fmt.Sprintf("%d:%d", s, n)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// trialHistMap keys a staleness histogram by staleness, for JSON.
+func trialHistMap(h []int64) map[string]int64 {
+	out := make(map[string]int64, len(h))
+	for s, n := range h {
+		out[strconv.Itoa(s)] = n
+	}
+	return out
+}
+
+// benchCPUProfile writes a CPU profile to path until the returned func is called (no path: no profile).
+func benchCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -1,7 +1,228 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
 
-type benchAsyncCmd struct{}
+	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
+	normalizer "github.com/jetrl/jetrl/services/advantage-normalizer"
+	"github.com/jetrl/jetrl/services/env"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/services/trainer"
+)
 
-func (c *benchAsyncCmd) Run(g *globals) error { return errors.New("not implemented") }
+// benchAsyncCmd runs the same long-tailed workload twice in one process, each time on a fresh embedded
+// server: synchronously (eta 0), then asynchronously (eta --eta), and compares trained episodes per second.
+//
+// The workload: the db, kg and webshop families, whose episode lengths under the untrained policy run from
+// 1 to 20 turns (uniformly random play on 500 training instances: db 1–15 turns, median 2; kg 3–15, median
+// 15; webshop 3–20, median 12), and every env step delayed by a lognormal draw with median 20 ms and p99
+// 400 ms (sigma = ln(20)/2.326), so an episode's duration is long-tailed twice over.
+//
+// Synchronous is the mesh with eta 0: a rollout may start (v+1)·B episodes in all at trainer version v, so it
+// plays exactly one batch per version and then waits; the replay-buffer releases that batch only when its
+// slowest episode is in (batches are capped at B, so no batch takes more); the trainer trains it and
+// publishes version v+1; only then does rollout, once it has loaded those weights, start the next batch.
+// That is the paper's synchronous baseline: roll out, wait for the slowest, train, push weights, repeat.
+// Both modes use the same concurrency, batch size (exactly B per batch), trainer and seed.
+type benchAsyncCmd struct {
+	Tasks         []string      `name:"tasks" default:"db,kg,webshop" help:"Task families of the workload."`
+	Episodes      int64         `name:"episodes" default:"3200" help:"Trained episodes measured per mode (after the warm-up)."`
+	Warmup        int64         `name:"warmup" default:"2" help:"Batches trained before the measurement starts."`
+	GroupSize     int           `name:"group-size" default:"8" help:"GRPO group size G."`
+	BatchSize     int           `name:"batch-size" default:"64" help:"Batch size B in episodes (every batch holds exactly B)."`
+	Concurrency   int           `name:"concurrency" default:"64" help:"Episodes played at once, in both modes."`
+	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
+	Epochs        int           `name:"epochs" default:"2" help:"PPO epochs per batch (the trainer's work per batch)."`
+	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
+	LatencyP99    time.Duration `name:"latency-p99" default:"400ms" help:"99th percentile of the lognormal env step latency."`
+	EnvHosts      int           `name:"env-hosts" default:"1" help:"Env hosts."`
+	EvalEpisodes  int           `name:"eval-episodes" default:"200" help:"Held-out episodes per task after the measured episodes (0: no evaluation)."`
+	Seed          uint64        `name:"seed" default:"1" help:"Seed of the policy, instances, latency draws and evaluation."`
+	Timeout       time.Duration `name:"timeout" default:"30m" help:"Give up a mode after this long."`
+	JSON          bool          `name:"json" help:"Print one JSON object instead of a table."`
+	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
+	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of both modes to this file (go tool pprof)."`
+}
+
+// asyncBenchResult is what bench async-vs-sync prints with --json.
+type asyncBenchResult struct {
+	SyncEpisodesPerS  float64          `json:"sync_episodes_per_s"`
+	AsyncEpisodesPerS float64          `json:"async_episodes_per_s"`
+	Speedup           float64          `json:"speedup"`
+	TrainerBusySync   float64          `json:"trainer_busy_sync"`
+	TrainerBusyAsync  float64          `json:"trainer_busy_async"`
+	MaxStaleness      int64            `json:"max_staleness"`
+	Eta               int              `json:"eta"`
+	StalenessHist     map[string]int64 `json:"staleness_histogram"`
+	HeldOutSync       float64          `json:"heldout_success_sync"`
+	HeldOutAsync      float64          `json:"heldout_success_async"`
+	Sync              *trialResult     `json:"sync"`
+	Async             *trialResult     `json:"async"`
+	Workload          asyncWorkload    `json:"workload"`
+}
+
+// asyncWorkload records the settings both modes ran with.
+type asyncWorkload struct {
+	Tasks           []string `json:"tasks"`
+	Episodes        int64    `json:"episodes"`
+	WarmupBatches   int64    `json:"warmup_batches"`
+	GroupSize       int      `json:"group_size"`
+	BatchSize       int      `json:"batch_size"`
+	Concurrency     int      `json:"concurrency"`
+	Epochs          int      `json:"epochs"`
+	LatencyMedianMS float64  `json:"latency_median_ms"`
+	LatencyP99MS    float64  `json:"latency_p99_ms"`
+	LatencyMeanMS   float64  `json:"latency_mean_ms"`
+	EnvHosts        int      `json:"env_hosts"`
+	EvalEpisodes    int      `json:"eval_episodes"`
+	Seed            uint64   `json:"seed"`
+}
+
+func (c *benchAsyncCmd) Validate() error {
+	var errs []error
+	if len(c.Tasks) == 0 {
+		errs = append(errs, errors.New("--tasks is empty"))
+	}
+	if c.Episodes < 1 || c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("--episodes %d must be at least 1 and --warmup %d not negative", c.Episodes, c.Warmup))
+	}
+	if c.GroupSize < 2 || c.BatchSize < c.GroupSize || c.BatchSize%c.GroupSize != 0 {
+		errs = append(errs, fmt.Errorf("--batch-size %d must be a multiple of --group-size %d (at least 2)", c.BatchSize, c.GroupSize))
+	}
+	if c.Concurrency < c.GroupSize {
+		errs = append(errs, fmt.Errorf("--concurrency %d must be at least the group size %d", c.Concurrency, c.GroupSize))
+	}
+	if c.Eta < 1 {
+		errs = append(errs, fmt.Errorf("--eta %d: the asynchronous mode needs at least 1", c.Eta))
+	}
+	if c.Epochs < 1 || c.EnvHosts < 1 || c.EvalEpisodes < 0 {
+		errs = append(errs, errors.New("--epochs and --env-hosts must be at least 1, --eval-episodes not negative"))
+	}
+	if _, err := c.latency().StepLatency(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *benchAsyncCmd) latency() env.LatencyConfig {
+	return env.LatencyConfig{Median: c.LatencyMedian, P99: c.LatencyP99, Seed: c.Seed}
+}
+
+// trial is one mode's run: the same workload, trainer and resources, with staleness bound eta.
+func (c *benchAsyncCmd) trial(eta int) trialConfig {
+	tcfg := trainer.DefaultConfig()
+	tcfg.Model.Seed = int64(c.Seed)
+	tcfg.Epochs = c.Epochs
+	return trialConfig{
+		Mesh: mesh.Config{
+			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, Eta: eta,
+			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
+			Rollout: rollout.Config{Concurrency: c.Concurrency},
+		},
+		Latency: c.latency(), WarmupBatches: c.Warmup, Episodes: c.Episodes,
+		EvalEpisodes: c.EvalEpisodes, EvalSeed: c.Seed + 1, Timeout: c.Timeout,
+	}
+}
+
+func (c *benchAsyncCmd) Run(g *globals) error {
+	ctx, stop := signalContext()
+	defer stop()
+	stopProfile, err := benchCPUProfile(c.CPUProfile)
+	if err != nil {
+		return err
+	}
+	res, err := c.run(ctx)
+	stopProfile()
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return benchPrintJSON(res)
+	}
+	c.printTable(res)
+	return nil
+}
+
+func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
+	log, err := trialLog(c.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	say := func(format string, args ...any) {
+		if !c.JSON {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}
+	}
+	lat, err := env.NewLognormal(c.LatencyMedian, c.LatencyP99, c.Seed)
+	if err != nil {
+		return nil, err
+	}
+	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
+		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
+		Concurrency: c.Concurrency, Epochs: c.Epochs, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
+	}}
+	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
+		strings.Join(c.Tasks, ","), c.Episodes, c.Warmup, c.BatchSize, c.Concurrency, c.LatencyMedian, c.LatencyP99)
+	say("synchronous (eta 0)...")
+	if res.Sync, err = runTrial(ctx, c.trial(0), log); err != nil {
+		return nil, fmt.Errorf("synchronous mode: %w", err)
+	}
+	say("asynchronous (eta %d)...", c.Eta)
+	if res.Async, err = runTrial(ctx, c.trial(c.Eta), log); err != nil {
+		return nil, fmt.Errorf("asynchronous mode: %w", err)
+	}
+	res.SyncEpisodesPerS, res.AsyncEpisodesPerS = res.Sync.EpisodesPerS, res.Async.EpisodesPerS
+	if res.SyncEpisodesPerS > 0 {
+		res.Speedup = res.AsyncEpisodesPerS / res.SyncEpisodesPerS
+	}
+	res.TrainerBusySync, res.TrainerBusyAsync = res.Sync.TrainerBusy, res.Async.TrainerBusy
+	res.MaxStaleness = max(res.Sync.MaxStaleness, res.Async.MaxStaleness)
+	res.StalenessHist = trialHistMap(res.Async.Staleness)
+	res.HeldOutSync, res.HeldOutAsync = res.Sync.HeldOutSuccess, res.Async.HeldOutSuccess
+	return res, nil
+}
+
+func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "mode\teta\ttrained episodes/s\tenv steps/s\tepisodes\tseconds\ttrainer busy (update)\tstaleness histogram (episodes)\tmax staleness\theld-out success\n")
+	for _, r := range []struct {
+		name string
+		eta  int
+		t    *trialResult
+	}{{"sync", 0, res.Sync}, {"async", c.Eta, res.Async}} {
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.0f\t%d\t%.1f\t%.1f%% (%.1f%%)\t%s\t%d\t%s\n", r.name, r.eta, r.t.EpisodesPerS, r.t.EnvStepsPerS,
+			r.t.Episodes, r.t.Seconds, 100*r.t.TrainerBusy, 100*r.t.TrainerUpdate, trialHistString(r.t.Staleness), r.t.MaxStaleness, trialHeldOutString(r.t))
+	}
+	_ = w.Flush()
+	fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",
+		res.Speedup, res.Sync.EpisodesTrained, res.Async.EpisodesTrained, 100*res.HeldOutSync, 100*res.HeldOutAsync)
+	fmt.Printf("episodes dropped as too stale: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
+		res.Sync.DroppedStale, res.Async.DroppedStale, res.Sync.InfraFailures, res.Async.InfraFailures)
+}
+
+// trialHeldOutString shows the mean held-out success and each task's.
+func trialHeldOutString(t *trialResult) string {
+	if len(t.HeldOut) == 0 {
+		return "-"
+	}
+	names := make([]string, 0, len(t.HeldOut))
+	for n := range t.HeldOut {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.0f%%", n, 100*t.HeldOut[n].Success)
+	}
+	return fmt.Sprintf("%.1f%% (%s)", 100*t.HeldOutSuccess, strings.Join(parts, ", "))
+}
