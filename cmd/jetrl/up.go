@@ -52,6 +52,7 @@ type upCmd struct {
 	StaleProb    float64            `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
 	LR           float64            `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
 	Epochs       int                `name:"epochs" default:"2" help:"PPO epochs per batch."`
+	Adaptive     bool               `name:"adaptive-tasks" negatable:"" help:"Scale each task's share of groups by the recent share of its groups whose rewards differ (a group that all succeed or all fail teaches nothing)."`
 	TaskSalt     bool               `name:"task-salt" help:"Key the policy's candidate features by task, so families trained together share no weights."`
 	MaxBatchSize int                `name:"max-batch-size" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
 	PoolCkpt     string             `name:"pool-checkpoint" type:"existingfile" help:"Saved weights (another run's weights.bin) that join the rollout policy pool as a fixed member."`
@@ -155,7 +156,7 @@ func (c *upCmd) Run(g *globals) error {
 	if err := c.recordSettings(ctx, js); err != nil {
 		return err
 	}
-	rcfg := rollout.Config{Concurrency: c.Concurrency, StaleEvery: c.StaleEvery}
+	rcfg := rollout.Config{Concurrency: c.Concurrency, StaleEvery: c.StaleEvery, AdaptiveTasks: c.Adaptive}
 	if c.PoolCkpt != "" {
 		name, version, err := storePoolCheckpoint(ctx, js, c.PoolCkpt)
 		if err != nil {

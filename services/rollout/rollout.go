@@ -36,6 +36,8 @@ const (
 	DefaultConcurrency  = 64
 	DefaultStaleEvery   = 25
 	DefaultDrainTimeout = 10 * time.Second
+	// DefaultAdaptiveFloor is the least share of its weight an adaptive schedule leaves a task.
+	DefaultAdaptiveFloor = 0.1
 )
 
 // Config of one rollout replica.
@@ -55,6 +57,11 @@ type Config struct {
 	// StaleEvery and StaleProb configure cross-policy sampling (StaleProb 0 turns it off).
 	StaleEvery int64
 	StaleProb  float64
+	// AdaptiveTasks scales each task's weight by the recent share of its groups that carried a learning
+	// signal (rewards that differ within the group), floored at AdaptiveFloor (default 0.1): families the
+	// policy already solves, or cannot yet solve at all, get fewer groups, and those it is learning get more.
+	AdaptiveTasks bool
+	AdaptiveFloor float64
 	// CheckpointObject names a saved policy in the weights Object Store that joins the pool as a fixed
 	// member, used by a turn with probability CheckpointProb (empty: no such member).
 	CheckpointObject string
@@ -90,6 +97,9 @@ func (c *Config) SetDefaults() {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.AdaptiveFloor == 0 {
+		c.AdaptiveFloor = DefaultAdaptiveFloor
+	}
 }
 
 // Validate explains what is wrong with a configuration.
@@ -118,6 +128,9 @@ func (c *Config) Validate() error {
 	if c.StaleProb < 0 || c.StaleProb >= 1 {
 		errs = append(errs, fmt.Errorf("rollout: stale probability %v must be in [0, 1)", c.StaleProb))
 	}
+	if c.AdaptiveFloor <= 0 || c.AdaptiveFloor > 1 {
+		errs = append(errs, fmt.Errorf("rollout: adaptive floor %v must be in (0, 1]", c.AdaptiveFloor))
+	}
 	if c.CheckpointObject != "" && (!(c.CheckpointProb > 0) || c.CheckpointProb+c.StaleProb >= 1) {
 		errs = append(errs, fmt.Errorf("rollout: checkpoint probability %v must be positive and, with the stale probability %v, below 1", c.CheckpointProb, c.StaleProb))
 	}
@@ -142,6 +155,7 @@ type Rollout struct {
 
 	running  atomic.Bool
 	inflight atomic.Int64
+	schedule atomic.Pointer[TaskSchedule]
 
 	published, infra, breakerChanges *prometheus.CounterVec
 	turns, unpublished, loadRetries  prometheus.Counter
@@ -273,6 +287,10 @@ func (r *Rollout) Run(ctx context.Context) error {
 	slots := make(chan struct{}, r.cfg.Concurrency)
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, hashString(r.cfg.ID)))
 	schedule := NewTaskSchedule(r.cfg.Tasks, r.cfg.TaskWeights)
+	if r.cfg.AdaptiveTasks {
+		schedule.SetAdaptive(r.cfg.AdaptiveFloor)
+	}
+	r.schedule.Store(schedule)
 	r.running.Store(true)
 	log.Info().Strs("tasks", r.cfg.Tasks).Int("group", r.cfg.GroupSize).Int("batch", r.cfg.BatchSize).Int("eta", r.cfg.Eta).Msg("rollout started")
 
@@ -295,6 +313,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 		task := schedule.Next()
 		groupID := nuid.Next()
 		seed := rng.Uint64()
+		outcome := &groupOutcome{task: task, left: r.cfg.GroupSize, schedule: schedule}
 		for k := 0; k < r.cfg.GroupSize; k++ {
 			spec := EpisodeSpec{
 				ID: fmt.Sprintf("%s-%d", groupID, k), GroupID: groupID, GroupSize: r.cfg.GroupSize,
@@ -306,7 +325,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 				defer wg.Done()
 				defer r.inflight.Add(-1)
 				defer release(slots, 1)
-				r.play(playCtx, js, env, spec, log)
+				outcome.add(r.play(playCtx, js, env, spec, log))
 			}()
 		}
 	}
@@ -326,13 +345,14 @@ func (r *Rollout) Run(ctx context.Context) error {
 
 // play runs one episode and publishes it; an episode cut short by shutdown is published as an
 // infrastructure failure so that its group does not wait for it.
-func (r *Rollout) play(ctx context.Context, js jetstream.JetStream, env *envclient.Client, spec EpisodeSpec, log zerolog.Logger) {
+func (r *Rollout) play(ctx context.Context, js jetstream.JetStream, env *envclient.Client, spec EpisodeSpec, log zerolog.Logger) proto.Episode {
 	ep, err := RunEpisode(ctx, env, r.pool, spec)
 	if err != nil {
 		ep.InfraFailure, ep.Status, ep.Failure = true, proto.StatusError, "rollout shut down: "+err.Error()
 		ep.FinishedAt = time.Now().UnixNano()
 	}
 	r.publish(ctx, js, ep, log)
+	return ep
 }
 
 // publish stores the episode in the episodes stream, retrying until it is stored: a finished episode is
@@ -381,38 +401,123 @@ func (r *Rollout) publish(ctx context.Context, js jetstream.JetStream, ep proto.
 	log.Debug().Str("episode", ep.ID).Str("task", ep.Task).Str("status", status).Float64("reward", ep.Reward).Int("turns", len(ep.Turns)).Msg("episode published")
 }
 
+// groupOutcome collects the outcomes of one group's episodes and, when the last is in, tells the schedule
+// whether the group carried a learning signal.
+type groupOutcome struct {
+	task     string
+	schedule *TaskSchedule
+
+	mu       sync.Mutex
+	left     int
+	outcomes map[[2]any]bool
+}
+
+func (g *groupOutcome) add(ep proto.Episode) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.outcomes == nil {
+		g.outcomes = map[[2]any]bool{}
+	}
+	if !ep.InfraFailure {
+		// Reward and whether the agent ended it abnormally (shaped to the same reward by the normalizer).
+		g.outcomes[[2]any{ep.Reward, ep.Status == proto.StatusTurnLimit || ep.Status == proto.StatusInvalidAction}] = true
+	}
+	if g.left--; g.left == 0 {
+		g.schedule.Observe(g.task, len(g.outcomes) > 1)
+	}
+}
+
 // TaskSchedule interleaves tasks in proportion to their weights (smooth weighted round robin), so that
 // every task is played steadily rather than in bursts.
 type TaskSchedule struct {
+	mu      sync.Mutex
 	tasks   []string
 	weights []float64
 	current []float64
-	total   float64
+	// signal is, per task, a moving average of the share of groups whose rewards differed; adaptive
+	// schedules scale each weight by max(floor, signal).
+	signal   []float64
+	adaptive bool
+	floor    float64
 }
+
+// signalDecay is the weight of the past in a task's moving average of informative groups.
+const signalDecay = 0.95
 
 // NewTaskSchedule returns the schedule of tasks; a task missing from weights weighs 1.
 func NewTaskSchedule(tasks []string, weights map[string]float64) *TaskSchedule {
-	s := &TaskSchedule{tasks: tasks, weights: make([]float64, len(tasks)), current: make([]float64, len(tasks))}
+	s := &TaskSchedule{tasks: tasks, weights: make([]float64, len(tasks)), current: make([]float64, len(tasks)), signal: make([]float64, len(tasks))}
 	for i, t := range tasks {
-		s.weights[i] = 1
+		s.weights[i], s.signal[i] = 1, 1
 		if w, ok := weights[t]; ok {
 			s.weights[i] = w
 		}
-		s.total += s.weights[i]
 	}
 	return s
 }
 
-// Next returns the task of the next group.
+// SetAdaptive makes the schedule scale each task's weight by the recent share of its groups that carried
+// a learning signal, but never below floor.
+func (s *TaskSchedule) SetAdaptive(floor float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.adaptive, s.floor = true, floor
+}
+
+// Observe records whether a finished group of task had rewards that differed (a group whose members all
+// scored the same has zero GRPO advantage and teaches nothing).
+func (s *TaskSchedule) Observe(task string, informative bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, t := range s.tasks {
+		if t == task {
+			x := 0.0
+			if informative {
+				x = 1
+			}
+			s.signal[i] = signalDecay*s.signal[i] + (1-signalDecay)*x
+		}
+	}
+}
+
+// Shares returns each task's current share of groups.
+func (s *TaskSchedule) Shares() map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, total := s.effective()
+	out := make(map[string]float64, len(s.tasks))
+	for i, t := range s.tasks {
+		out[t] = w[i] / total
+	}
+	return out
+}
+
+func (s *TaskSchedule) effective() ([]float64, float64) {
+	w := make([]float64, len(s.tasks))
+	total := 0.0
+	for i := range s.tasks {
+		w[i] = s.weights[i]
+		if s.adaptive {
+			w[i] *= max(s.floor, s.signal[i])
+		}
+		total += w[i]
+	}
+	return w, total
+}
+
+// Next returns the task of the next group (smooth weighted round robin over the effective weights).
 func (s *TaskSchedule) Next() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, total := s.effective()
 	best := 0
 	for i := range s.tasks {
-		s.current[i] += s.weights[i]
+		s.current[i] += w[i]
 		if s.current[i] > s.current[best] {
 			best = i
 		}
 	}
-	s.current[best] -= s.total
+	s.current[best] -= total
 	return s.tasks[best]
 }
 

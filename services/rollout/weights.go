@@ -2,10 +2,10 @@ package rollout
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -137,16 +137,40 @@ func NewWeightsSource(ctx context.Context, js jetstream.JetStream) (*WeightsSour
 	return &WeightsSource{KV: kv, Objects: obj}, nil
 }
 
-// Load fetches and verifies the weights that a version record names.
+// maxWeightsBytes bounds the buffer reserved up front for a weights object (the largest model is 256 MiB).
+const maxWeightsBytes = 1 << 30
+
+// Load fetches and verifies the weights that a version record names. The Object Store checks the bytes
+// against the object's SHA-256 digest as it delivers the last of them; Load checks that this digest is the
+// record's, so the weights are hashed once. They are read into one buffer of the object's size, which the
+// loaded model then uses as its weights.
 func (s *WeightsSource) Load(ctx context.Context, rec proto.PolicyVersion) (*policy.Model, error) {
-	b, err := s.Objects.GetBytes(ctx, rec.Object)
+	res, err := s.Objects.Get(ctx, rec.Object)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
 	}
-	if sum := sha256.Sum256(b); rec.SHA256 != "" && hex.EncodeToString(sum[:]) != rec.SHA256 {
-		return nil, fmt.Errorf("weights %s: sha256 mismatch", rec.Object)
+	defer func() { _ = res.Close() }()
+	info, err := res.Info()
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
 	}
-	return policy.Load(b)
+	if rec.SHA256 != "" {
+		if sum, err := jetstream.DecodeObjectDigest(info.Digest); err != nil || hex.EncodeToString(sum) != rec.SHA256 {
+			return nil, fmt.Errorf("weights %s: sha256 mismatch (object digest %q, record %s)", rec.Object, info.Digest, rec.SHA256)
+		}
+	}
+	if info.Size > maxWeightsBytes {
+		return nil, fmt.Errorf("weights %s: %d bytes is more than any policy", rec.Object, info.Size)
+	}
+	b := make([]byte, info.Size)
+	if _, err := io.ReadFull(res, b); err != nil {
+		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
+	}
+	// The digest is checked by the read that meets the end of the object.
+	if n, err := res.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		return nil, fmt.Errorf("get %s: not %d bytes long, or damaged: %v", rec.Object, info.Size, err)
+	}
+	return policy.LoadInPlace(b) // b is the model's weights from here on: no second copy
 }
 
 // CheckpointVersionKey is the object metadata key that records the version a saved policy had in its run.

@@ -20,6 +20,7 @@ type cli struct {
 	Concurrency int                `name:"concurrency" env:"JETRL_ROLLOUT_CONCURRENCY" default:"64" help:"Episodes played at once."`
 	StaleProb   float64            `name:"stale-prob" env:"JETRL_STALE_PROB" default:"0" help:"Probability a turn uses the stale policy copy."`
 	StaleEvery  int64              `name:"stale-every" env:"JETRL_STALE_EVERY" default:"25" help:"Refresh the stale copy every this many versions."`
+	Adaptive    bool               `name:"adaptive-tasks" env:"JETRL_ADAPTIVE_TASKS" negatable:"" help:"Scale each task's share by the recent share of its groups with differing rewards."`
 	Checkpoint  string             `name:"checkpoint" env:"JETRL_CHECKPOINT_OBJECT" help:"A saved policy in the weights Object Store that joins the pool as a fixed member."`
 	CheckpointP float64            `name:"checkpoint-prob" env:"JETRL_CHECKPOINT_PROB" default:"0" help:"Probability a turn uses --checkpoint."`
 	Seed        uint64             `name:"seed" env:"JETRL_SEED" default:"1" help:"Seed of instance draws and sampling."`
@@ -31,7 +32,7 @@ func main() {
 	k.FatalIfErrorf(config.Run("rollout", c.Common, func(ctx context.Context, p config.Process) error {
 		r, err := rollout.New(rollout.Config{ID: c.ID, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 			Concurrency: c.Concurrency, StaleProb: c.StaleProb, StaleEvery: c.StaleEvery, Seed: c.Seed,
-			CheckpointObject: c.Checkpoint, CheckpointProb: c.CheckpointP},
+			AdaptiveTasks: c.Adaptive, CheckpointObject: c.Checkpoint, CheckpointProb: c.CheckpointP},
 			rollout.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
