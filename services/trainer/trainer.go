@@ -6,8 +6,6 @@ package trainer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -322,20 +320,9 @@ func (t *Trainer) publishVersion(ctx context.Context, st stores, force bool) err
 			}
 		}
 	}
-	w := t.cp.Model
-	name := proto.WeightsObject(t.cp.Version)
-	if _, err := st.weights.PutBytes(ctx, name, w); err != nil {
-		return fmt.Errorf("put weights %s: %w", name, err)
-	}
-	sum := sha256.Sum256(w)
-	rec := proto.PolicyVersion{Schema: proto.SchemaVersion, Version: t.cp.Version, Object: name, Size: int64(len(w)),
-		SHA256: hex.EncodeToString(sum[:]), EpisodesTrained: t.cp.EpisodesTrained, BatchID: t.cp.LastBatchID, PublishedAt: time.Now().UnixNano()}
-	data, err := codec.Marshal(rec, 0)
-	if err != nil {
+	rec := proto.PolicyVersion{Version: t.cp.Version, EpisodesTrained: t.cp.EpisodesTrained, BatchID: t.cp.LastBatchID}
+	if _, err := PublishWeights(ctx, st.weights, st.kv, rec, t.cp.Model); err != nil {
 		return err
-	}
-	if _, err := st.kv.Put(ctx, proto.KeyPolicyCurrent, data); err != nil {
-		return fmt.Errorf("put policy version: %w", err)
 	}
 	if old := t.cp.Version - proto.WeightsHistory; old >= 0 {
 		_ = st.weights.Delete(ctx, proto.WeightsObject(old)) // older versions may already be gone

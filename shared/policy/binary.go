@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"unsafe"
 )
 
 // Weight file layout, little-endian: magic "JETRLPOL", format version uint32, Bits uint32, Temperature
@@ -41,7 +42,9 @@ func (m *Model) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes the weight file layout; on error m is left unchanged.
-func (m *Model) UnmarshalBinary(b []byte) error {
+func (m *Model) UnmarshalBinary(b []byte) error { return m.unmarshal(b, false) }
+
+func (m *Model) unmarshal(b []byte, inPlace bool) error {
 	body, err := checkFrame(b, modelMagic, modelHeaderV1)
 	if err != nil {
 		return err
@@ -68,7 +71,12 @@ func (m *Model) UnmarshalBinary(b []byte) error {
 	if want := header + 4<<bits; len(body) != want {
 		return fmt.Errorf("%w: weight file is %d bytes, Bits %d needs %d", ErrCorrupt, len(b), bits, want+4)
 	}
-	w, err := readFloat32s(body[header:], 1<<bits)
+	var w []float32
+	if inPlace {
+		w, err = viewFloat32s(body[header:], 1<<bits)
+	} else {
+		w, err = readFloat32s(body[header:], 1<<bits)
+	}
 	if err != nil {
 		return err
 	}
@@ -83,6 +91,34 @@ func Load(b []byte) (*Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// LoadInPlace is Load without copying the weights out of b: on a little-endian machine the model's Weights
+// are b's own bytes, so b must not be modified or reused afterwards (elsewhere it copies, as Load does). It
+// saves a rollout that has just fetched a large blob a second buffer of its size and the copy into it.
+func LoadInPlace(b []byte) (*Model, error) {
+	m := new(Model)
+	if err := m.unmarshal(b, true); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// littleEndian reports whether float32 bits in memory are in the weight file's byte order.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// viewFloat32s is readFloat32s without the copy where memory order and alignment allow it.
+func viewFloat32s(b []byte, n int) ([]float32, error) {
+	if !littleEndian || len(b) < 4*n || n == 0 || uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
+		return readFloat32s(b, n)
+	}
+	w := unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	for i, x := range w {
+		if x-x != 0 {
+			return nil, fmt.Errorf("%w: value %d is %v", ErrCorrupt, i, x)
+		}
+	}
+	return w, nil
 }
 
 // checkFrame verifies the magic and the trailing CRC32 and returns b without the CRC.

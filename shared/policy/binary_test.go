@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 func TestMarshalRoundTrip(t *testing.T) {
@@ -125,5 +126,38 @@ func TestTaskSaltSeparatesTasks(t *testing.T) {
 	}
 	if s := m.Scores(in); s[0] <= s[1] {
 		t.Fatalf("training task a did not move its own scores: %v", s)
+	}
+}
+
+// LoadInPlace reads what Load reads, shares the blob's memory where it can, and refuses what Load refuses.
+func TestLoadInPlace(t *testing.T) {
+	cfg := Config{Bits: 10, Seed: 3}
+	cfg.SetDefaults()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadInPlace(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Bits != m.Bits || got.Temperature != m.Temperature || !slices.Equal(got.Weights, m.Weights) {
+		t.Fatalf("LoadInPlace = %d bits, temperature %v; want the marshalled model", got.Bits, got.Temperature)
+	}
+	if littleEndian && &got.Weights[0] != (*float32)(unsafe.Pointer(&blob[modelHeader])) {
+		t.Fatal("LoadInPlace copied the weights on a little-endian machine")
+	}
+	bad := slices.Clone(blob)
+	binary.LittleEndian.PutUint32(bad[modelHeader+8:], math.Float32bits(float32(math.NaN())))
+	binary.LittleEndian.PutUint32(bad[len(bad)-4:], crc32.ChecksumIEEE(bad[:len(bad)-4]))
+	if _, err := LoadInPlace(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("LoadInPlace of a NaN weight: %v, want ErrCorrupt", err)
+	}
+	if _, err := LoadInPlace(blob[:len(blob)-1]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("LoadInPlace of a truncated blob: %v, want ErrCorrupt", err)
 	}
 }

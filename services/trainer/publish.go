@@ -1,0 +1,44 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WeightsChunkSize is the Object Store chunk size of published weights. The client's default (128 KiB)
+// makes 512 messages, each acknowledged, of 64 MB of weights; 1 MiB chunks carry the same bytes in an
+// eighth of the messages and stay far below the mesh's 8 MB max payload.
+const WeightsChunkSize = 1 << 20
+
+// PublishWeights makes the weight blob w visible as policy version rec.Version: it puts w in the weights
+// Object Store as proto.WeightsObject(rec.Version), then the version record in the policy KV bucket, which
+// every rollout watches. It fills in the record's Schema, Object, Size, SHA256 and PublishedAt and returns
+// it. SHA256 is the digest the Object Store computed while storing the chunks (and that every Get checks
+// the bytes against), so the weights are hashed once, not twice.
+func PublishWeights(ctx context.Context, objects jetstream.ObjectStore, kv jetstream.KeyValue, rec proto.PolicyVersion, w []byte) (proto.PolicyVersion, error) {
+	rec.Schema, rec.Object, rec.Size = proto.SchemaVersion, proto.WeightsObject(rec.Version), int64(len(w))
+	info, err := objects.Put(ctx, jetstream.ObjectMeta{Name: rec.Object, Opts: &jetstream.ObjectMetaOptions{ChunkSize: WeightsChunkSize}}, bytes.NewReader(w))
+	if err != nil {
+		return rec, fmt.Errorf("put weights %s: %w", rec.Object, err)
+	}
+	sum, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return rec, fmt.Errorf("weights %s: digest %q: %w", rec.Object, info.Digest, err)
+	}
+	rec.SHA256, rec.PublishedAt = hex.EncodeToString(sum), time.Now().UnixNano()
+	data, err := codec.Marshal(rec, 0)
+	if err != nil {
+		return rec, err
+	}
+	if _, err := kv.Put(ctx, proto.KeyPolicyCurrent, data); err != nil {
+		return rec, fmt.Errorf("put policy version: %w", err)
+	}
+	return rec, nil
+}
