@@ -44,6 +44,9 @@ type WeightsPool struct {
 
 	mu  sync.Mutex
 	rng *rand.Rand
+
+	changedMu sync.Mutex
+	changed   chan struct{} // closed by the next Set
 }
 
 // NewWeightsPool returns an empty pool; Set or Watch loads it.
@@ -58,6 +61,23 @@ func (p *WeightsPool) Set(m *policy.Model, version int64) {
 	if s := p.stale.Load(); s == nil || p.staleEvery <= 0 || version/p.staleEvery > s.version/p.staleEvery {
 		p.stale.Store(v)
 	}
+	p.changedMu.Lock()
+	if p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
+	p.changedMu.Unlock()
+}
+
+// Changed returns a channel that is closed when Set next installs a version (the staleness gate waits on
+// it instead of polling for a new version).
+func (p *WeightsPool) Changed() <-chan struct{} {
+	p.changedMu.Lock()
+	defer p.changedMu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
+	return p.changed
 }
 
 // SetCheckpoint adds a fixed pool member that each turn uses with probability prob (the stale copy's
@@ -261,8 +281,9 @@ func (s *WeightsSource) Watch(ctx context.Context, js jetstream.JetStream, pool 
 				if s.OnLoadError != nil {
 					s.OnLoadError(rec.Version, err)
 				}
+				// Usual on a cluster for an attempt or two (counted by OnLoadError); worth a warning if it lasts.
 				ev := log.Debug()
-				if failures == 1 || failures%20 == 0 {
+				if failures == 5 || failures%20 == 0 {
 					ev = log.Warn()
 				}
 				ev.Err(err).Int64("version", rec.Version).Int("attempt", failures).Msg("load weights: retrying")
