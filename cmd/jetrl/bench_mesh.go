@@ -1,7 +1,307 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"text/tabwriter"
+	"time"
 
-type benchMeshCmd struct{}
+	"github.com/jetrl/jetrl/cmd/jetrl/internal/benchtask"
+	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
+	"github.com/jetrl/jetrl/proto"
+	normalizer "github.com/jetrl/jetrl/services/advantage-normalizer"
+	"github.com/jetrl/jetrl/services/env/task"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/services/trainer"
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
 
-func (c *benchMeshCmd) Run(g *globals) error { return errors.New("not implemented") }
+// benchMeshCmd measures the data plane: the five services on an embedded server with the zero-latency task
+// family (benchtask.Zero) and the smallest built-in policy, then, in the same run and on the same server, a
+// raw JetStream publish-and-consume of the very episodes the mesh produced.
+type benchMeshCmd struct {
+	Seconds     float64 `name:"seconds" default:"20" help:"Measured time of the mesh (after the warm-up)."`
+	Warmup      float64 `name:"warmup" default:"3" help:"Seconds of mesh traffic before measuring."`
+	Turns       int     `name:"turns" default:"4" help:"Turns of every zero-latency episode."`
+	GroupSize   int     `name:"group-size" default:"8" help:"GRPO group size G."`
+	BatchSize   int     `name:"batch-size" default:"64" help:"Batch size B in episodes."`
+	Eta         int     `name:"eta" default:"2" help:"Staleness bound."`
+	Concurrency int     `name:"concurrency" default:"64" help:"Episodes the rollout replica plays at once."`
+	Bits        int     `name:"bits" default:"10" help:"log2 of the policy's weights (10, the smallest: a trivial policy)."`
+	RawMin      int     `name:"raw-min" default:"2000" help:"Fewest episodes the raw publish-and-consume moves (it moves as many as the mesh trained, at least this many)."`
+	RawWindow   int     `name:"raw-window" default:"256" help:"Raw publishes in flight (asynchronous publish with Nats-Msg-Id)."`
+	JSON        bool    `name:"json" help:"Print one JSON object instead of a table."`
+	LogLevel    string  `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
+	CPUProfile  string  `name:"cpuprofile" help:"Write a CPU profile of the measured mesh window to this file (go tool pprof)."`
+}
+
+// meshBenchResult is what bench mesh prints with --json.
+type meshBenchResult struct {
+	MeshEpisodesPerS float64 `json:"mesh_episodes_per_s"`
+	MeshEnvStepsPerS float64 `json:"mesh_env_steps_per_s"`
+	RawEpisodesPerS  float64 `json:"raw_episodes_per_s"`
+	RawMBPerS        float64 `json:"raw_mb_per_s"`
+	Ratio            float64 `json:"ratio"`
+	EpisodeBytes     int     `json:"episode_bytes"`
+	TurnsPerEpisode  float64 `json:"turns_per_episode"`
+	MeshEpisodes     int64   `json:"mesh_episodes"`
+	MeshSeconds      float64 `json:"mesh_seconds"`
+	RawEpisodes      int     `json:"raw_episodes"`
+	RawSeconds       float64 `json:"raw_seconds"`
+	PolicyVersions   int64   `json:"policy_versions"`
+	TrainerBusy      float64 `json:"trainer_busy"`
+}
+
+func (c *benchMeshCmd) Validate() error {
+	var errs []error
+	if c.Seconds <= 0 || c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("--seconds %v must be positive and --warmup %v not negative", c.Seconds, c.Warmup))
+	}
+	if c.Turns < 1 || c.RawMin < 1 || c.RawWindow < 1 {
+		errs = append(errs, errors.New("--turns, --raw-min and --raw-window must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *benchMeshCmd) Run(g *globals) error {
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := c.run(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\n")
+	fmt.Fprintf(w, "mesh (env → rollout → replay-buffer → normalizer → trainer)\t%.0f\t%.0f\t%d\t%.1f\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds)
+	fmt.Fprintf(w, "raw JetStream publish + consume (%d B episodes)\t%.0f\t-\t%d\t%.1f\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds)
+	fmt.Fprintf(w, "mesh / raw\t%.1f%%\t\t\t\n", 100*res.Ratio)
+	return w.Flush()
+}
+
+func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
+	log, err := logging.New("bench", c.LogLevel, false, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "jetrl-bench-mesh-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Shutdown()
+
+	res := &meshBenchResult{}
+	if err := c.runMesh(ctx, srv.URL(), log, res); err != nil {
+		return nil, err
+	}
+	if err := c.runRaw(ctx, srv.URL(), log, res); err != nil {
+		return nil, err
+	}
+	if res.RawEpisodesPerS > 0 {
+		res.Ratio = res.MeshEpisodesPerS / res.RawEpisodesPerS
+	}
+	return res, nil
+}
+
+// runMesh runs the five services with the zero-latency family and counts what the trainer trained and what
+// the rollout played over the measured window.
+func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
+	tcfg := trainer.DefaultConfig()
+	tcfg.Model = policy.Config{Bits: c.Bits, Seed: 1}
+	m, err := mesh.Start(ctx, mesh.Config{
+		NATSURL: url, Tasks: []string{benchtask.ZeroName}, Seed: 1,
+		GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
+		Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
+		Rollout:  rollout.Config{Concurrency: c.Concurrency},
+		Families: task.Registry{benchtask.ZeroName: benchtask.NewZero(c.Turns)},
+		Log:      log,
+	})
+	if err != nil {
+		return err
+	}
+	defer m.Stop()
+	if err := m.WaitVersion(ctx, 0); err != nil {
+		return err
+	}
+	if err := m.StartRollouts(ctx); err != nil {
+		return err
+	}
+	if err := meshSleep(ctx, time.Duration(c.Warmup*float64(time.Second))); err != nil {
+		return err
+	}
+	snap := func() (trainer.Stats, rollout.Status, time.Time) {
+		return m.Trainer.Stats(), m.Rollouts[0].Status(), time.Now()
+	}
+	t0, r0, at0 := snap()
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := meshSleep(ctx, time.Duration(c.Seconds*float64(time.Second))); err != nil {
+		return err
+	}
+	t1, r1, at1 := snap()
+	secs := at1.Sub(at0).Seconds()
+	res.MeshSeconds = secs
+	res.MeshEpisodes = t1.EpisodesTrained - t0.EpisodesTrained
+	res.MeshEpisodesPerS = float64(res.MeshEpisodes) / secs
+	res.MeshEnvStepsPerS = float64(r1.Turns-r0.Turns) / secs
+	if played := r1.Published - r0.Published; played > 0 {
+		res.TurnsPerEpisode = float64(r1.Turns-r0.Turns) / float64(played)
+	}
+	res.PolicyVersions = t1.Version - t0.Version
+	res.TrainerBusy = t1.BusyFraction
+	if err := m.Err(); err != nil {
+		return err
+	}
+	if res.MeshEpisodes == 0 {
+		return errors.New("bench mesh: the trainer trained nothing in the measured window")
+	}
+	return nil
+}
+
+// meshRawStream is where the raw measurement publishes: the episodes stream's settings under another name.
+const (
+	meshRawStream  = "JETRL_BENCH_RAW"
+	meshRawSubject = "jetrl.bench.raw"
+)
+
+// runRaw publishes the episodes the mesh produced (their encoded bytes, as stored) to a stream configured
+// like the episodes stream, each with its own Nats-Msg-Id, while a durable pull consumer acks them one by
+// one: what NATS itself carries of this traffic on this machine.
+func (c *benchMeshCmd) runRaw(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
+	pc, err := bus.Connect(ctx, url, "jetrl-bench-raw-pub", log)
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	cc, err := bus.Connect(ctx, url, "jetrl-bench-raw-sub", log)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	pjs, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(c.RawWindow))
+	if err != nil {
+		return err
+	}
+	cjs, err := bus.JetStream(cc)
+	if err != nil {
+		return err
+	}
+	samples, err := meshSampleEpisodes(ctx, pjs, 1024)
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, s := range samples {
+		total += len(s)
+	}
+	res.EpisodeBytes = total / len(samples)
+
+	var spec proto.StreamSpec
+	for _, s := range proto.Streams {
+		if s.Name == proto.StreamEpisodes {
+			spec = s
+		}
+	}
+	if _, err := pjs.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: meshRawStream, Subjects: []string{meshRawSubject}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
+		MaxBytes: spec.MaxBytes, MaxAge: spec.MaxAge, MaxMsgSize: spec.MaxMsg, Duplicates: proto.DedupWindow, Discard: jetstream.DiscardOld,
+	}); err != nil {
+		return fmt.Errorf("raw stream: %w", err)
+	}
+	cons, err := cjs.CreateOrUpdateConsumer(ctx, meshRawStream, bus.ConsumerConfig("bench-raw", meshRawSubject, 1<<15, 30*time.Second))
+	if err != nil {
+		return fmt.Errorf("raw consumer: %w", err)
+	}
+	n := max(int(res.MeshEpisodes), c.RawMin)
+	got := make(chan struct{})
+	var received int
+	start := time.Now()
+	cctx, err := cons.Consume(func(m jetstream.Msg) {
+		_ = m.Ack()
+		received++ // the callback runs on one goroutine
+		if received == n {
+			close(got)
+		}
+	}, jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("raw consume: %w", err)
+	}
+	defer cctx.Stop()
+	for i := 0; i < n; i++ {
+		if _, err := pjs.PublishAsync(meshRawSubject, samples[i%len(samples)], jetstream.WithMsgID(fmt.Sprintf("raw-%d", i))); err != nil {
+			return fmt.Errorf("raw publish: %w", err)
+		}
+	}
+	select {
+	case <-pjs.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-got:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		return fmt.Errorf("raw consume: %d of %d messages after a minute", received, n)
+	}
+	secs := time.Since(start).Seconds()
+	res.RawEpisodes, res.RawSeconds = n, secs
+	res.RawEpisodesPerS = float64(n) / secs
+	res.RawMBPerS = float64(n) * float64(res.EpisodeBytes) / secs / 1e6
+	return nil
+}
+
+// meshSampleEpisodes reads up to n stored episodes (their encoded bytes) from the episodes stream.
+func meshSampleEpisodes(ctx context.Context, js jetstream.JetStream, n int) ([][]byte, error) {
+	cons, err := js.OrderedConsumer(ctx, proto.StreamEpisodes, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("read episodes: %w", err)
+	}
+	batch, err := cons.FetchNoWait(n)
+	if err != nil {
+		return nil, fmt.Errorf("read episodes: %w", err)
+	}
+	var out [][]byte
+	for m := range batch.Messages() {
+		out = append(out, m.Data())
+	}
+	if len(out) == 0 {
+		return nil, errors.New("read episodes: the episodes stream is empty")
+	}
+	return out, nil
+}
+
+func meshSleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

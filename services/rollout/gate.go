@@ -15,6 +15,14 @@ type StalenessGate struct {
 	batchSize int64
 	eta       int64
 	version   func() int64
+	changed   func() <-chan struct{}
+}
+
+// WakeOnVersion makes a waiting Admit try again as soon as changed's channel closes (WeightsPool.Changed:
+// a new version raised the bound), instead of at its next poll. Polling goes on for room that refunds make.
+func (g *StalenessGate) WakeOnVersion(changed func() <-chan struct{}) *StalenessGate {
+	g.changed = changed
+	return g
 }
 
 // NewStalenessGate returns a gate on the shared counter; version reports the trainer's current version
@@ -31,6 +39,10 @@ func (g *StalenessGate) Limit(v int64) int64 { return (g.eta + v + 1) * g.batchS
 func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 	backoff := time.Millisecond
 	for {
+		var changed <-chan struct{} // taken before the version is read, so no change is missed
+		if g.changed != nil {
+			changed = g.changed()
+		}
 		if v := g.version(); v >= 0 {
 			ok, err := g.counter.TryClaim(ctx, n, g.Limit(v))
 			if err != nil {
@@ -40,10 +52,16 @@ func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 				return v, nil
 			}
 		}
+		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return 0, ctx.Err()
-		case <-time.After(backoff):
+		case <-changed:
+			t.Stop()
+			backoff = time.Millisecond
+			continue
+		case <-t.C:
 		}
 		backoff = min(2*backoff, 20*time.Millisecond)
 	}

@@ -278,7 +278,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 			log.Warn().Str("host", host).Str("from", from.String()).Str("to", to.String()).Msg("env host breaker")
 		},
 	}})
-	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version)
+	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version).WakeOnVersion(r.pool.Changed)
 
 	// Episodes run on a context that outlives ctx by DrainTimeout, so shutdown drains instead of dropping.
 	playCtx, stopPlay := context.WithCancel(context.WithoutCancel(ctx))
