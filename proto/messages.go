@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Splits of every task family; instances of one split never occur in the other.
@@ -62,6 +63,9 @@ type ToolCall struct {
 
 // Text renders a call for a text policy: the tool name followed by the argument values, in key order.
 func (c ToolCall) Text() string {
+	if s, ok := c.flatText(); ok {
+		return s
+	}
 	var args map[string]any
 	if err := json.Unmarshal([]byte(c.Arguments), &args); err != nil || len(args) == 0 {
 		return c.Name
@@ -78,6 +82,98 @@ func (c ToolCall) Text() string {
 		fmt.Fprint(&b, args[k])
 	}
 	return b.String()
+}
+
+// flatText is Text for the common case, arguments that are a flat JSON object of at most 8 plain string
+// values (no escapes, valid UTF-8, distinct keys), without decoding JSON into a map: rollout renders every
+// admissible call of every turn. ok is false for anything else, which Text then decodes in full.
+func (c ToolCall) flatText() (string, bool) {
+	type pair struct{ k, v string }
+	var pairs [8]pair
+	n, a := 0, c.Arguments
+	i := skipSpace(a, 0)
+	if i >= len(a) || a[i] != '{' {
+		return "", false
+	}
+	i = skipSpace(a, i+1)
+	if i < len(a) && a[i] == '}' {
+		return c.Name, skipSpace(a, i+1) == len(a)
+	}
+	size := len(c.Name)
+	for {
+		if n == len(pairs) {
+			return "", false
+		}
+		k, j, ok := plainString(a, i)
+		if !ok {
+			return "", false
+		}
+		if j = skipSpace(a, j); j >= len(a) || a[j] != ':' {
+			return "", false
+		}
+		v, j, ok := plainString(a, skipSpace(a, j+1))
+		if !ok {
+			return "", false
+		}
+		for _, p := range pairs[:n] {
+			if p.k == k {
+				return "", false // a repeated key: the last one wins, as in the full decode
+			}
+		}
+		pairs[n], size = pair{k, v}, size+1+len(v)
+		n++
+		if j = skipSpace(a, j); j < len(a) && a[j] == ',' {
+			i = skipSpace(a, j+1)
+			continue
+		}
+		if j >= len(a) || a[j] != '}' || skipSpace(a, j+1) != len(a) {
+			return "", false
+		}
+		break
+	}
+	for x := 1; x < n; x++ { // insertion sort by key
+		for y := x; y > 0 && pairs[y].k < pairs[y-1].k; y-- {
+			pairs[y], pairs[y-1] = pairs[y-1], pairs[y]
+		}
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(c.Name)
+	for _, p := range pairs[:n] {
+		b.WriteByte(' ')
+		b.WriteString(p.v)
+	}
+	return b.String(), true
+}
+
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads the JSON string at s[i:] if it needs no unescaping: no backslash, no control
+// character, valid UTF-8. It returns the contents and the index after the closing quote.
+func plainString(s string, i int) (string, int, bool) {
+	if i >= len(s) || s[i] != '"' {
+		return "", 0, false
+	}
+	ascii := true
+	for j := i + 1; j < len(s); j++ {
+		switch ch := s[j]; {
+		case ch == '"':
+			if v := s[i+1 : j]; ascii || utf8.ValidString(v) {
+				return v, j + 1, true
+			}
+			return "", 0, false
+		case ch == '\\' || ch < 0x20:
+			return "", 0, false
+		case ch >= 0x80:
+			ascii = false
+		}
+	}
+	return "", 0, false
 }
 
 // EnvStartRequest asks an env host for a new session of one task instance.
