@@ -14,9 +14,10 @@ import (
 )
 
 // This file holds the hand-written parts of the wire codec: float slices as one packed blob, and the
-// decoders of the two messages every training stage reads most (Episode and its Turns), which allocate
-// nothing beyond the decoded data itself. Encoding stays with the struct tags, so the tags in messages.go
-// remain the one definition of the field names; the round-trip and golden tests hold the two together.
+// encoders and decoders of the message every training stage reads and writes most (Episode and its Turns):
+// the decoders allocate nothing beyond the decoded data itself. They write and read exactly what the struct
+// tags in messages.go make the reflecting msgpack codec write and read: wire_test.go holds them to it,
+// field by field, and the golden fixtures byte for byte.
 
 // Float64s is a float64 slice that goes on the wire as one msgpack bin: the IEEE 754 bits of each value,
 // little-endian, 8 bytes per value, in order. A nil slice is msgpack nil; an empty one is a bin of length 0.
@@ -97,6 +98,132 @@ func checkRemaining(d *msgpack.Decoder, n int) error {
 		return fmt.Errorf("msgpack: length %d exceeds the %d bytes left", n, r.Len())
 	}
 	return nil
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder: the bytes the struct tags of Episode make the reflecting
+// encoder write (a map of the tagged fields in declaration order, failure omitted when empty, int fields in
+// their smallest encoding, int64 and uint64 ones in 8 bytes), without its per-field lookups and boxing.
+func (e Episode) EncodeMsgpack(enc *msgpack.Encoder) error {
+	n := 18
+	if e.Failure == "" {
+		n--
+	}
+	w := wireWriter{enc: enc}
+	w.mapLen(n)
+	w.key("schema").int(e.Schema)
+	w.key("id").str(e.ID)
+	w.key("group_id").str(e.GroupID)
+	w.key("group_size").int(e.GroupSize)
+	w.key("task").str(e.Task)
+	w.key("split").str(e.Split)
+	w.key("seed").uint64(e.Seed)
+	w.key("instruction").str(e.Instruction)
+	w.key("turns")
+	if e.Turns == nil {
+		w.null()
+	} else {
+		w.arrayLen(len(e.Turns))
+		for i := range e.Turns {
+			if w.err == nil {
+				w.err = e.Turns[i].EncodeMsgpack(enc)
+			}
+		}
+	}
+	w.key("reward").float64(e.Reward)
+	w.key("status").str(e.Status)
+	w.key("infra_failure").bool(e.InfraFailure)
+	if e.Failure != "" {
+		w.key("failure").str(e.Failure)
+	}
+	w.key("rollout_id").str(e.RolloutID)
+	w.key("host_id").str(e.HostID)
+	w.key("started_at").int64(e.StartedAt)
+	w.key("finished_at").int64(e.FinishedAt)
+	w.key("start_version").int64(e.StartVersion)
+	return w.err
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder for Turn, as the reflecting encoder writes its tags.
+func (t Turn) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(6)
+	w.key("observation").str(t.Observation)
+	w.key("candidates")
+	if t.Candidates == nil {
+		w.null()
+	} else {
+		w.arrayLen(len(t.Candidates))
+		for _, c := range t.Candidates {
+			w.str(c)
+		}
+	}
+	w.key("chosen").int(t.Chosen)
+	w.key("logprob").float64(t.LogProb)
+	w.key("version").int64(t.Version)
+	w.key("policy").str(t.Policy)
+	return w.err
+}
+
+// wireWriter chains encoder calls, keeping the first error.
+type wireWriter struct {
+	enc *msgpack.Encoder
+	err error
+}
+
+func (w *wireWriter) key(k string) *wireWriter { w.str(k); return w }
+
+func (w *wireWriter) str(s string) {
+	if w.err == nil {
+		w.err = w.enc.EncodeString(s)
+	}
+}
+
+func (w *wireWriter) int(n int) {
+	if w.err == nil {
+		w.err = w.enc.EncodeInt(int64(n))
+	}
+}
+
+func (w *wireWriter) int64(n int64) {
+	if w.err == nil {
+		w.err = w.enc.EncodeInt64(n)
+	}
+}
+
+func (w *wireWriter) uint64(n uint64) {
+	if w.err == nil {
+		w.err = w.enc.EncodeUint64(n)
+	}
+}
+
+func (w *wireWriter) float64(x float64) {
+	if w.err == nil {
+		w.err = w.enc.EncodeFloat64(x)
+	}
+}
+
+func (w *wireWriter) bool(b bool) {
+	if w.err == nil {
+		w.err = w.enc.EncodeBool(b)
+	}
+}
+
+func (w *wireWriter) null() {
+	if w.err == nil {
+		w.err = w.enc.EncodeNil()
+	}
+}
+
+func (w *wireWriter) mapLen(n int) {
+	if w.err == nil {
+		w.err = w.enc.EncodeMapLen(n)
+	}
+}
+
+func (w *wireWriter) arrayLen(n int) {
+	if w.err == nil {
+		w.err = w.enc.EncodeArrayLen(n)
+	}
 }
 
 // DecodeMsgpack implements msgpack.CustomDecoder: it reads the map that the struct tags of Episode

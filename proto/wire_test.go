@@ -188,3 +188,48 @@ func TestEpisodeDecoderRefusesMalformedInput(t *testing.T) {
 		}
 	}
 }
+
+// Types without the hand-written methods: the reflecting encoder writes them from the struct tags.
+type (
+	rawTurn    proto.Turn
+	rawEpisode proto.Episode
+)
+
+// The hand-written encoders write the very bytes the reflecting encoder writes from the struct tags.
+func TestEncodersMatchTheStructTags(t *testing.T) {
+	var full proto.Episode
+	fill(t, reflect.ValueOf(&full).Elem(), 2)
+	full.Turns[1].Observation = strings.Repeat("long observation ", 300) // str16
+	full.Turns[2].Candidates = nil
+	full.Turns[0].Candidates = []string{}
+	full.Turns[0].Chosen, full.Turns[0].Version, full.Turns[0].LogProb = -1, math.MinInt64, math.Inf(-1)
+	bare := full
+	bare.Failure, bare.Turns, bare.Seed, bare.GroupSize, bare.Instruction = "", nil, 0, 300, strings.Repeat("i", 40)
+	empty := proto.Episode{Turns: []proto.Turn{}}
+	for name, ep := range map[string]proto.Episode{"every field": full, "failure omitted, no turns": bare, "zero": {}, "empty turns": empty} {
+		got, err := msgpack.Marshal(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(rawEpisode(ep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: episode encoded\n% x\nthe struct tags give\n% x", name, got, want)
+		}
+		for i, turn := range ep.Turns {
+			got, err := msgpack.Marshal(turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := msgpack.Marshal(rawTurn(turn))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s: turn %d encoded\n% x\nthe struct tags give\n% x", name, i, got, want)
+			}
+		}
+	}
+}

@@ -88,3 +88,33 @@ func BenchmarkDecodeTrainBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEnvStep is the codec work of one env step as the mesh does it: the client encodes the request,
+// the host decodes it, encodes the reply (an ALFWorld-sized observation and 12 admissible calls), and the
+// client decodes that.
+func BenchmarkEnvStep(b *testing.B) {
+	req := proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h-abc-123", Call: proto.ToolCall{Name: "take_action", Arguments: `{"action":"go to fridge 1"}`}}
+	rep := proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "You arrive at fridge 1. The fridge 1 is closed.", Status: proto.StatusRunning, Turn: 3}
+	for i := 1; i <= 6; i++ {
+		rep.Admissible = append(rep.Admissible, proto.ToolCall{Name: "take_action", Arguments: fmt.Sprintf(`{"action":"go to cabinet %d"}`, i)},
+			proto.ToolCall{Name: "take_action", Arguments: fmt.Sprintf(`{"action":"open drawer %d"}`, i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		data, err := codec.Marshal(req, proto.MaxEnvMessageBytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var gotReq proto.EnvStepRequest
+		if err := codec.Unmarshal(data, &gotReq); err != nil {
+			b.Fatal(err)
+		}
+		if data, err = codec.Marshal(rep, proto.MaxEnvMessageBytes); err != nil {
+			b.Fatal(err)
+		}
+		var gotRep proto.EnvStepReply
+		if err := codec.Unmarshal(data, &gotRep); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -11,14 +11,41 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
+// encoder is a msgpack encoder with the buffer it writes to, reused through encoders so that an encode
+// allocates only its result, at its exact size, instead of a buffer grown by doubling.
+type encoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	return e
+}}
+
+// maxPooledBuffer is the largest encode buffer kept for reuse (a batch is at most 8 MiB).
+const maxPooledBuffer = 1 << 20
+
 // Marshal encodes v as msgpack and refuses a result larger than limit bytes (0: no limit).
 func Marshal(v any, limit int) ([]byte, error) {
-	b, err := msgpack.Marshal(v)
+	e := encoders.Get().(*encoder)
+	e.buf.Reset()
+	err := e.enc.Encode(v)
+	n := e.buf.Len()
+	tooLarge := limit > 0 && n > limit
+	var b []byte
+	if err == nil && !tooLarge {
+		b = append(make([]byte, 0, n), e.buf.Bytes()...)
+	}
+	if e.buf.Cap() <= maxPooledBuffer {
+		encoders.Put(e)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode %T: %v", proto.ErrMalformed, v, err)
 	}
-	if limit > 0 && len(b) > limit {
-		return nil, fmt.Errorf("%w: %T is %d bytes, limit %d", proto.ErrPayloadTooLarge, v, len(b), limit)
+	if tooLarge {
+		return nil, fmt.Errorf("%w: %T is %d bytes, limit %d", proto.ErrPayloadTooLarge, v, n, limit)
 	}
 	return b, nil
 }
