@@ -3,6 +3,7 @@ module github.com/jetrl/jetrl/shared
 go 1.26.0
 
 require (
+	github.com/alecthomas/kong v1.17.0
 	github.com/jetrl/jetrl/proto v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

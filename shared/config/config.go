@@ -1,5 +1,6 @@
 // Package config holds the settings every service process shares, read from flags and JETRL_* environment
-// variables (kong tags), and runs a service process around them.
+// variables (kong tags), takes the rest from the run config recorded in KV (Main), and runs a service
+// process around them.
 package config
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/jetrl/jetrl/shared/logging"
 	"github.com/jetrl/jetrl/shared/metrics"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -28,6 +30,7 @@ type Common struct {
 	LogPretty   bool   `name:"log-pretty" env:"JETRL_LOG_PRETTY" help:"Human-readable logs instead of JSON lines."`
 	MetricsAddr string `name:"metrics-addr" env:"JETRL_METRICS_ADDR" default:":9090" help:"Address of the Prometheus /metrics endpoint (empty: off)."`
 	Replicas    int    `name:"stream-replicas" env:"JETRL_STREAM_REPLICAS" default:"1" help:"Replicas of streams and buckets (3 on a 3-node cluster)."`
+	RunConfig   bool   `name:"run-config" env:"JETRL_RUN_CONFIG" default:"true" negatable:"" help:"Take every setting not given by flag or environment variable from the run config in KV (jetrl_run, written by jetrl up or jetrl config set)."`
 }
 
 // Validate explains what is wrong with the settings.
@@ -55,8 +58,16 @@ type Process struct {
 }
 
 // Run is a whole service process: it validates the settings, connects, makes sure the mesh's streams and
-// buckets exist, serves /metrics, runs the service until SIGINT/SIGTERM, and drains the connection.
+// buckets exist, serves /metrics, runs the service until SIGINT/SIGTERM, and drains the connection. It
+// does not read the run config; Main does.
 func Run(name string, c Common, run func(ctx context.Context, p Process) error) error {
+	return serve(name, c, nil, run)
+}
+
+// serve is Run with a step, configure, that runs once the topology exists and before the service starts
+// (Main takes the run config there); nil skips it.
+func serve(name string, c Common, configure func(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) error,
+	run func(ctx context.Context, p Process) error) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -86,6 +97,11 @@ func Run(name string, c Common, run func(ctx context.Context, p Process) error) 
 	})
 	if err != nil {
 		return fmt.Errorf("topology: %w", err)
+	}
+	if configure != nil {
+		if err := configure(ctx, js, log); err != nil {
+			return err
+		}
 	}
 	reg := metrics.NewRegistry()
 	addr, served, err := metrics.Serve(ctx, c.MetricsAddr, reg)
