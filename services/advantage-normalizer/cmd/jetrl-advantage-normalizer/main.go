@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 
-	"github.com/alecthomas/kong"
 	normalizer "github.com/jetrl/jetrl/services/advantage-normalizer"
 	"github.com/jetrl/jetrl/shared/config"
 )
@@ -12,18 +11,17 @@ import (
 type cli struct {
 	config.Common
 	AbnormalReward float64 `name:"abnormal-reward" env:"JETRL_ABNORMAL_REWARD" default:"-0.2" help:"Reward of episodes ended abnormally."`
-	NoTaskNorm     bool    `name:"no-task-norm" env:"JETRL_NO_TASK_NORM" help:"Turn task advantage normalization off."`
+	NoTaskNorm     bool    `name:"no-task-norm" env:"JETRL_NO_TASK_NORM" help:"Turn task advantage normalization off (as task_norm: false in the run config does)."`
 }
 
 func main() {
 	var c cli
-	k := kong.Parse(&c, kong.Description("jetrl advantage-normalizer: GRPO advantages and task normalization."))
-	k.FatalIfErrorf(config.Run("advantage-normalizer", c.Common, func(ctx context.Context, p config.Process) error {
+	config.Main("advantage-normalizer", "jetrl advantage-normalizer: GRPO advantages and task normalization.", &c, func(ctx context.Context, p config.Process) error {
 		n, err := normalizer.New(normalizer.Config{AbnormalReward: c.AbnormalReward, TaskNorm: !c.NoTaskNorm},
 			normalizer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
 		}
 		return n.Run(ctx)
-	}))
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/alecthomas/kong"
 	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/env/task/builtin"
 	"github.com/jetrl/jetrl/shared/config"
@@ -24,8 +23,7 @@ type cli struct {
 
 func main() {
 	var c cli
-	k := kong.Parse(&c, kong.Description("jetrl env host: task sessions behind the function-call API."))
-	k.FatalIfErrorf(config.Run("env", c.Common, func(ctx context.Context, p config.Process) error {
+	config.Main("env", "jetrl env host: task sessions behind the function-call API.", &c, func(ctx context.Context, p config.Process) error {
 		latency, err := env.LatencyConfig{Median: c.LatencyMed, P99: c.LatencyP99, Seed: c.LatencySeed}.StepLatency()
 		if err != nil {
 			return err
@@ -36,5 +34,5 @@ func main() {
 			return err
 		}
 		return h.Run(ctx)
-	}))
+	})
 }

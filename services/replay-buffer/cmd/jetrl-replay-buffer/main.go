@@ -5,7 +5,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/alecthomas/kong"
 	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
 	"github.com/jetrl/jetrl/shared/config"
 )
@@ -20,13 +19,12 @@ type cli struct {
 
 func main() {
 	var c cli
-	k := kong.Parse(&c, kong.Description("jetrl replay-buffer: groups episodes and releases batches."))
-	k.FatalIfErrorf(config.Run("replay-buffer", c.Common, func(ctx context.Context, p config.Process) error {
+	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
 		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
 		}
 		return b.Run(ctx)
-	}))
+	})
 }

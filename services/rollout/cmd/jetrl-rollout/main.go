@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 
-	"github.com/alecthomas/kong"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/config"
 )
@@ -28,8 +27,7 @@ type cli struct {
 
 func main() {
 	var c cli
-	k := kong.Parse(&c, kong.Description("jetrl rollout replica: plays episodes and publishes them."))
-	k.FatalIfErrorf(config.Run("rollout", c.Common, func(ctx context.Context, p config.Process) error {
+	config.Main("rollout", "jetrl rollout replica: plays episodes and publishes them.", &c, func(ctx context.Context, p config.Process) error {
 		r, err := rollout.New(rollout.Config{ID: c.ID, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 			Concurrency: c.Concurrency, StaleProb: c.StaleProb, StaleEvery: c.StaleEvery, Seed: c.Seed,
 			AdaptiveTasks: c.Adaptive, CheckpointObject: c.Checkpoint, CheckpointProb: c.CheckpointP},
@@ -38,5 +36,5 @@ func main() {
 			return err
 		}
 		return r.Run(ctx)
-	}))
+	})
 }
