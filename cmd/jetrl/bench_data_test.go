@@ -43,7 +43,8 @@ func TestBenchMeshSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := dataBenchJSON(t, res)
-	for _, k := range []string{"mesh_episodes_per_s", "mesh_env_steps_per_s", "raw_episodes_per_s", "ratio", "episode_bytes", "policy_versions"} {
+	for _, k := range []string{"mesh_episodes_per_s", "mesh_env_steps_per_s", "raw_episodes_per_s", "ratio", "episode_bytes", "policy_versions",
+		"raw_env_episodes_per_s", "raw_both_episodes_per_s", "ratio_to_raw_both"} {
 		dataBenchPositive(t, out, k)
 	}
 	if res.TurnsPerEpisode != float64(c.Turns) {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -18,15 +20,18 @@ import (
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/services/trainer"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/logging"
 	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
 // benchMeshCmd measures the data plane: the five services on an embedded server with the zero-latency task
 // family (benchtask.Zero) and the smallest built-in policy, then, in the same run and on the same server, a
-// raw JetStream publish-and-consume of the very episodes the mesh produced.
+// raw JetStream publish-and-consume of the very episodes the mesh produced (the figure the mesh is held to),
+// and, to show where the rest goes, the episodes' env traffic as bare core NATS request/replies.
 type benchMeshCmd struct {
 	Seconds     float64 `name:"seconds" default:"20" help:"Measured time of the mesh (after the warm-up)."`
 	Warmup      float64 `name:"warmup" default:"3" help:"Seconds of mesh traffic before measuring."`
@@ -36,7 +41,7 @@ type benchMeshCmd struct {
 	Eta         int     `name:"eta" default:"2" help:"Staleness bound."`
 	Concurrency int     `name:"concurrency" default:"64" help:"Episodes the rollout replica plays at once."`
 	Bits        int     `name:"bits" default:"10" help:"log2 of the policy's weights (10, the smallest: a trivial policy)."`
-	RawMin      int     `name:"raw-min" default:"2000" help:"Fewest episodes the raw publish-and-consume moves (it moves as many as the mesh trained, at least this many)."`
+	RawMin      int     `name:"raw-min" default:"50000" help:"Fewest episodes the raw publish-and-consume moves (it moves as many as the mesh trained, at least this many)."`
 	RawWindow   int     `name:"raw-window" default:"256" help:"Raw publishes in flight (asynchronous publish with Nats-Msg-Id)."`
 	JSON        bool    `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel    string  `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
@@ -58,6 +63,16 @@ type meshBenchResult struct {
 	RawSeconds       float64 `json:"raw_seconds"`
 	PolicyVersions   int64   `json:"policy_versions"`
 	TrainerBusy      float64 `json:"trainer_busy"`
+	// CPU time of the whole process (services, embedded server, everything) per episode moved: what each
+	// path costs, whatever else the machine is running.
+	MeshCPUMicros float64 `json:"mesh_cpu_us_per_episode"`
+	RawCPUMicros  float64 `json:"raw_cpu_us_per_episode"`
+	// The env traffic of the same episodes as bare core NATS request/replies (1 + turns each), and both raw
+	// loads one after the other on the same machine: 1 / (1/raw + 1/raw_env).
+	RawEnvEpisodesPerS  float64 `json:"raw_env_episodes_per_s"`
+	RawEnvCPUMicros     float64 `json:"raw_env_cpu_us_per_episode"`
+	RawBothEpisodesPerS float64 `json:"raw_both_episodes_per_s"`
+	RatioBoth           float64 `json:"ratio_to_raw_both"`
 }
 
 func (c *benchMeshCmd) Validate() error {
@@ -83,11 +98,16 @@ func (c *benchMeshCmd) Run(g *globals) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
+	fmt.Printf("zero-latency env, %d turns per episode, policy of 2^%d weights, G=%d, B=%d, eta=%d, %d episodes at once\n",
+		c.Turns, c.Bits, c.GroupSize, c.BatchSize, c.Eta, c.Concurrency)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\n")
-	fmt.Fprintf(w, "mesh (env → rollout → replay-buffer → normalizer → trainer)\t%.0f\t%.0f\t%d\t%.1f\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds)
-	fmt.Fprintf(w, "raw JetStream publish + consume (%d B episodes)\t%.0f\t-\t%d\t%.1f\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds)
-	fmt.Fprintf(w, "mesh / raw\t%.1f%%\t\t\t\n", 100*res.Ratio)
+	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\tCPU µs/episode\t\n")
+	fmt.Fprintf(w, "mesh: env → rollout → replay-buffer → normalizer → trainer\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds, res.MeshCPUMicros)
+	fmt.Fprintf(w, "raw JetStream publish + consume of the same %d B episodes\t%.0f\t-\t%d\t%.1f\t%.0f\t\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds, res.RawCPUMicros)
+	fmt.Fprintf(w, "raw core NATS request/reply, %d per episode\t%.0f\t%.0f\t%d\t\t%.0f\t\n", 1+c.Turns, res.RawEnvEpisodesPerS, float64(c.Turns)*res.RawEnvEpisodesPerS, res.RawEpisodes, res.RawEnvCPUMicros)
+	fmt.Fprintf(w, "raw both (JetStream, then request/reply)\t%.0f\t\t\t\t\t\n", res.RawBothEpisodesPerS)
+	fmt.Fprintf(w, "mesh / raw JetStream\t%.1f%%\t\t\t\t\t\n", 100*res.Ratio)
+	fmt.Fprintf(w, "mesh / raw both\t%.1f%%\t\t\t\t\t\n", 100*res.RatioBoth)
 	return w.Flush()
 }
 
@@ -114,10 +134,89 @@ func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
 	if err := c.runRaw(ctx, srv.URL(), log, res); err != nil {
 		return nil, err
 	}
+	if err := c.runRawEnv(ctx, srv.URL(), log, res); err != nil {
+		return nil, err
+	}
 	if res.RawEpisodesPerS > 0 {
 		res.Ratio = res.MeshEpisodesPerS / res.RawEpisodesPerS
 	}
+	if res.RawEpisodesPerS > 0 && res.RawEnvEpisodesPerS > 0 {
+		res.RawBothEpisodesPerS = 1 / (1/res.RawEpisodesPerS + 1/res.RawEnvEpisodesPerS)
+		res.RatioBoth = res.MeshEpisodesPerS / res.RawBothEpisodesPerS
+	}
 	return res, nil
+}
+
+// meshRawEnvSubject is where the raw env round trips are answered.
+const meshRawEnvSubject = "jetrl.bench.env"
+
+// runRawEnv does the core NATS request/replies of as many episodes as the raw JetStream run moved: 1 + turns
+// per episode (start, then each step), with the encoded step request and reply of a zero-latency turn as
+// payloads, answered at once by a bare subscriber on its own connection, from as many requesters as the
+// rollout plays episodes at once. No JetStream, no env host logic, no policy: what NATS itself costs for
+// an episode's env traffic.
+func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
+	fam := benchtask.NewZero(c.Turns)
+	inst, err := fam.New(proto.SplitTrain, 1)
+	if err != nil {
+		return err
+	}
+	open := inst.Start()
+	step := inst.Step(open.Admissible[0])
+	reqData, err := codec.Marshal(proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "bench-host-1", Call: open.Admissible[0]}, proto.MaxEnvMessageBytes)
+	if err != nil {
+		return err
+	}
+	repData, err := codec.Marshal(proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: step.Observation, Admissible: step.Admissible, Status: step.Status, Turn: 1}, proto.MaxEnvMessageBytes)
+	if err != nil {
+		return err
+	}
+	host, err := bus.Connect(ctx, url, "jetrl-bench-raw-env-host", log)
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	sub, err := host.Subscribe(meshRawEnvSubject, func(m *nats.Msg) { _ = m.Respond(repData) })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := host.Flush(); err != nil {
+		return err
+	}
+	client, err := bus.Connect(ctx, url, "jetrl-bench-raw-env-client", log)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	episodes := res.RawEpisodes
+	var next atomic.Int64
+	errs := make(chan error, c.Concurrency)
+	start, cpu0 := time.Now(), processCPU()
+	var wg sync.WaitGroup
+	for range c.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(episodes) {
+				for range 1 + c.Turns {
+					if _, err := client.RequestWithContext(ctx, meshRawEnvSubject, reqData); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return fmt.Errorf("raw env request: %w", err)
+	}
+	secs := time.Since(start).Seconds()
+	res.RawEnvEpisodesPerS = float64(episodes) / secs
+	res.RawEnvCPUMicros = float64((processCPU() - cpu0).Microseconds()) / float64(episodes)
+	return nil
 }
 
 // runMesh runs the five services with the zero-latency family and counts what the trainer trained and what
@@ -150,6 +249,7 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logg
 		return m.Trainer.Stats(), m.Rollouts[0].Status(), time.Now()
 	}
 	t0, r0, at0 := snap()
+	cpu0 := processCPU()
 	if c.CPUProfile != "" {
 		f, err := os.Create(c.CPUProfile)
 		if err != nil {
@@ -165,10 +265,14 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logg
 		return err
 	}
 	t1, r1, at1 := snap()
+	cpu := processCPU() - cpu0
 	secs := at1.Sub(at0).Seconds()
 	res.MeshSeconds = secs
 	res.MeshEpisodes = t1.EpisodesTrained - t0.EpisodesTrained
 	res.MeshEpisodesPerS = float64(res.MeshEpisodes) / secs
+	if res.MeshEpisodes > 0 {
+		res.MeshCPUMicros = float64(cpu.Microseconds()) / float64(res.MeshEpisodes)
+	}
 	res.MeshEnvStepsPerS = float64(r1.Turns-r0.Turns) / secs
 	if played := r1.Published - r0.Published; played > 0 {
 		res.TurnsPerEpisode = float64(r1.Turns-r0.Turns) / float64(played)
@@ -241,7 +345,7 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, url string, log zerolog.Logge
 	n := max(int(res.MeshEpisodes), c.RawMin)
 	got := make(chan struct{})
 	var received int
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	cctx, err := cons.Consume(func(m jetstream.Msg) {
 		_ = m.Ack()
 		received++ // the callback runs on one goroutine
@@ -271,6 +375,7 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, url string, log zerolog.Logge
 		return fmt.Errorf("raw consume: %d of %d messages after a minute", received, n)
 	}
 	secs := time.Since(start).Seconds()
+	res.RawCPUMicros = float64((processCPU() - cpu0).Microseconds()) / float64(n)
 	res.RawEpisodes, res.RawSeconds = n, secs
 	res.RawEpisodesPerS = float64(n) / secs
 	res.RawMBPerS = float64(n) * float64(res.EpisodeBytes) / secs / 1e6
