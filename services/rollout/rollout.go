@@ -57,9 +57,10 @@ type Config struct {
 	// StaleEvery and StaleProb configure cross-policy sampling (StaleProb 0 turns it off).
 	StaleEvery int64
 	StaleProb  float64
-	// AdaptiveTasks scales each task's weight by the recent share of its groups that carried a learning
-	// signal (rewards that differ within the group), floored at AdaptiveFloor (default 0.1): families the
-	// policy already solves, or cannot yet solve at all, get fewer groups, and those it is learning get more.
+	// AdaptiveTasks scales each task's weight by how much its groups still have to teach: the larger of
+	// the recent share of its groups whose rewards differ (GRPO learns only from those) and the recent
+	// shortfall of its mean reward from 1, floored at AdaptiveFloor (default 0.1). A family the policy has
+	// solved falls to the floor; one it is learning, or has not cracked yet, keeps its full weight.
 	AdaptiveTasks bool
 	AdaptiveFloor float64
 	// CheckpointObject names a saved policy in the weights Object Store that joins the pool as a fixed
@@ -410,6 +411,7 @@ type groupOutcome struct {
 	mu       sync.Mutex
 	left     int
 	outcomes map[[2]any]bool
+	rewards  []float64
 }
 
 func (g *groupOutcome) add(ep proto.Episode) {
@@ -421,9 +423,14 @@ func (g *groupOutcome) add(ep proto.Episode) {
 	if !ep.InfraFailure {
 		// Reward and whether the agent ended it abnormally (shaped to the same reward by the normalizer).
 		g.outcomes[[2]any{ep.Reward, ep.Status == proto.StatusTurnLimit || ep.Status == proto.StatusInvalidAction}] = true
+		g.rewards = append(g.rewards, ep.Reward)
 	}
-	if g.left--; g.left == 0 {
-		g.schedule.Observe(g.task, len(g.outcomes) > 1)
+	if g.left--; g.left == 0 && len(g.rewards) > 0 {
+		mean := 0.0
+		for _, r := range g.rewards {
+			mean += r
+		}
+		g.schedule.Observe(g.task, len(g.outcomes) > 1, mean/float64(len(g.rewards)))
 	}
 }
 
@@ -434,9 +441,11 @@ type TaskSchedule struct {
 	tasks   []string
 	weights []float64
 	current []float64
-	// signal is, per task, a moving average of the share of groups whose rewards differed; adaptive
-	// schedules scale each weight by max(floor, signal).
+	// signal is, per task, a moving average of the share of groups whose rewards differed, and gap one of
+	// 1 - the groups' mean reward (clamped to [0, 1]); adaptive schedules scale each weight by
+	// max(floor, signal, gap).
 	signal   []float64
+	gap      []float64
 	adaptive bool
 	floor    float64
 }
@@ -446,9 +455,10 @@ const signalDecay = 0.95
 
 // NewTaskSchedule returns the schedule of tasks; a task missing from weights weighs 1.
 func NewTaskSchedule(tasks []string, weights map[string]float64) *TaskSchedule {
-	s := &TaskSchedule{tasks: tasks, weights: make([]float64, len(tasks)), current: make([]float64, len(tasks)), signal: make([]float64, len(tasks))}
+	s := &TaskSchedule{tasks: tasks, weights: make([]float64, len(tasks)), current: make([]float64, len(tasks)),
+		signal: make([]float64, len(tasks)), gap: make([]float64, len(tasks))}
 	for i, t := range tasks {
-		s.weights[i], s.signal[i] = 1, 1
+		s.weights[i], s.signal[i], s.gap[i] = 1, 1, 1
 		if w, ok := weights[t]; ok {
 			s.weights[i] = w
 		}
@@ -456,17 +466,17 @@ func NewTaskSchedule(tasks []string, weights map[string]float64) *TaskSchedule {
 	return s
 }
 
-// SetAdaptive makes the schedule scale each task's weight by the recent share of its groups that carried
-// a learning signal, but never below floor.
+// SetAdaptive makes the schedule scale each task's weight by how much its recent groups had to teach
+// (see Config.AdaptiveTasks), but never below floor.
 func (s *TaskSchedule) SetAdaptive(floor float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.adaptive, s.floor = true, floor
 }
 
-// Observe records whether a finished group of task had rewards that differed (a group whose members all
-// scored the same has zero GRPO advantage and teaches nothing).
-func (s *TaskSchedule) Observe(task string, informative bool) {
+// Observe records a finished group of task: whether its rewards differed (a group whose members all
+// scored the same has zero GRPO advantage and teaches nothing) and its mean reward.
+func (s *TaskSchedule) Observe(task string, informative bool, meanReward float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, t := range s.tasks {
@@ -476,6 +486,9 @@ func (s *TaskSchedule) Observe(task string, informative bool) {
 				x = 1
 			}
 			s.signal[i] = signalDecay*s.signal[i] + (1-signalDecay)*x
+			if !math.IsNaN(meanReward) {
+				s.gap[i] = signalDecay*s.gap[i] + (1-signalDecay)*(1-min(max(meanReward, 0), 1))
+			}
 		}
 	}
 }
@@ -498,7 +511,7 @@ func (s *TaskSchedule) effective() ([]float64, float64) {
 	for i := range s.tasks {
 		w[i] = s.weights[i]
 		if s.adaptive {
-			w[i] *= max(s.floor, s.signal[i])
+			w[i] *= max(s.floor, s.signal[i], s.gap[i])
 		}
 		total += w[i]
 	}

@@ -52,14 +52,15 @@ func TestTaskScheduleAdaptive(t *testing.T) {
 	if sh := s.Shares(); math.Abs(sh["learning"]-2.0/3) > 1e-12 {
 		t.Fatalf("fixed shares %v, want learning 2/3", sh)
 	}
-	s.Observe("solved", false) // a fixed schedule ignores outcomes
+	s.Observe("solved", false, 1) // a fixed schedule ignores outcomes
 	if sh := s.Shares(); math.Abs(sh["learning"]-2.0/3) > 1e-12 {
 		t.Fatalf("fixed schedule moved: %v", sh)
 	}
 	s.SetAdaptive(0.1)
 	for range 200 {
-		s.Observe("solved", false)
-		s.Observe("learning", true)
+		s.Observe("solved", false, 1)
+		s.Observe("learning", true, 0.5)
+		s.Observe("stuck", false, -0.2) // not a task of this schedule: ignored
 	}
 	// solved: 1 * max(0.1, ~0) = 0.1; learning: 2 * ~1 = 2.
 	sh := s.Shares()
@@ -74,7 +75,7 @@ func TestTaskScheduleAdaptive(t *testing.T) {
 		t.Fatalf("draws %v, want about 10 of 210 for the solved task", counts)
 	}
 	// One informative group moves the average by 1 - signalDecay.
-	s.Observe("solved", true)
+	s.Observe("solved", true, 1)
 	s.mu.Lock()
 	got := s.signal[0]
 	s.mu.Unlock()
@@ -109,5 +110,26 @@ func TestGroupOutcome(t *testing.T) {
 				t.Fatalf("signal %v, want %v", s.signal[0], c.expected)
 			}
 		})
+	}
+}
+
+// A family the policy has not cracked yet (every group fails alike) keeps its full weight: it is the
+// shortfall from reward 1, not only differing rewards, that keeps a family in the schedule.
+func TestTaskScheduleAdaptiveKeepsUnsolvedFamilies(t *testing.T) {
+	s := NewTaskSchedule([]string{"solved", "stuck", "learning"}, nil)
+	s.SetAdaptive(0.1)
+	for range 300 {
+		s.Observe("solved", false, 1)
+		s.Observe("stuck", false, -0.2) // a turn-limit group: reward below 0 counts as 0
+		s.Observe("learning", true, 0.9)
+	}
+	sh := s.Shares()
+	// Multipliers: solved max(0.1, 0, 0) = 0.1; stuck max(0.1, 0, 1) = 1; learning max(0.1, 1, 0.1) = 1.
+	if math.Abs(sh["solved"]-0.1/2.1) > 2e-3 || math.Abs(sh["stuck"]-1/2.1) > 2e-3 || math.Abs(sh["learning"]-1/2.1) > 2e-3 {
+		t.Fatalf("shares %v, want solved %.3f and the others %.3f", sh, 0.1/2.1, 1/2.1)
+	}
+	s.Observe("solved", false, math.NaN()) // a NaN mean leaves the shortfall as it was
+	if sh2 := s.Shares(); math.IsNaN(sh2["solved"]) {
+		t.Fatalf("NaN reached the shares: %v", sh2)
 	}
 }
