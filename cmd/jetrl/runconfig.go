@@ -70,8 +70,14 @@ func (c *runConfig) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any
 	if !ok {
 		return nil, nil
 	}
+	if s, isString := v.(string); isString && s == "" && flag.Tag != nil && pathTypes[flag.Tag.Type] {
+		return nil, nil // an empty path is none (as written to config.yaml), not the current folder
+	}
 	return render(v, flag), nil
 }
+
+// pathTypes are kong's file and folder types; kong resolves an empty value of them to the current folder.
+var pathTypes = map[string]bool{"path": true, "existingfile": true, "existingdir": true, "filecontent": true}
 
 func render(v any, flag *kong.Flag) any {
 	sep, mapSep := ",", ","
