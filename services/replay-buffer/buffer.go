@@ -123,6 +123,10 @@ type Buffer struct {
 
 	groups   map[string]*group
 	ready    []*group // complete (or timed out) groups in completion order
+	// readyChanged says ready changed since release last found too few usable episodes in it, at version
+	// checkedAt; release does not look again (sorting every group) until it or the version changes.
+	readyChanged bool
+	checkedAt    int64
 	released map[string]struct{}
 	order    []string // released group ids, oldest first, to bound released
 
@@ -305,7 +309,7 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	b.episodes.WithLabelValues(ep.Task, "received").Inc()
 	if len(g.members) >= g.size {
 		delete(b.groups, g.id)
-		b.ready = append(b.ready, g)
+		b.ready, b.readyChanged = append(b.ready, g), true
 	}
 }
 
@@ -336,7 +340,7 @@ func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
 		if now.Sub(g.firstSeen) > b.cfg.GroupTimeout {
 			log.Warn().Str("group", id).Int("have", len(g.members)).Int("want", g.size).Msg("group timed out; releasing what arrived")
 			delete(b.groups, id)
-			b.ready = append(b.ready, g)
+			b.ready, b.readyChanged = append(b.ready, g), true
 		}
 	}
 }
@@ -345,7 +349,7 @@ func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
 // ready group up to MaxBatchSize), and settles groups that cannot train (too few usable members).
 func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, log zerolog.Logger) error {
 	v := b.version.Load()
-	if v < 0 || len(b.ready) == 0 {
+	if v < 0 || len(b.ready) == 0 || (!b.readyChanged && v == b.checkedAt) {
 		return nil
 	}
 	type settled struct {
@@ -369,7 +373,8 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		take = append(take, settled{g, ok, masked, stale})
 	}
 	if usable > 0 && usable < b.cfg.BatchSize {
-		return nil // not enough yet: keep everything ready, decide again with more groups
+		b.readyChanged, b.checkedAt = false, v
+		return nil // not enough yet: keep everything ready, decide again with more groups or a new version
 	}
 	var eps []proto.Episode
 	var refund int64
