@@ -121,14 +121,14 @@ type Buffer struct {
 	version atomic.Int64
 	running atomic.Bool
 
-	groups   map[string]*group
-	ready    []*group // complete (or timed out) groups in completion order
+	groups map[string]*group
+	ready  []*group // complete (or timed out) groups in completion order
 	// readyChanged says ready changed since release last found too few usable episodes in it, at version
 	// checkedAt; release does not look again (sorting every group) until it or the version changes.
 	readyChanged bool
 	checkedAt    int64
-	released map[string]struct{}
-	order    []string // released group ids, oldest first, to bound released
+	released     map[string]struct{}
+	order        []string // released group ids, oldest first, to bound released
 
 	mu    sync.Mutex
 	stats Stats
