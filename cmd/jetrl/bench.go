@@ -63,6 +63,9 @@ type trialResult struct {
 	// publishing weights and version); TrainerUpdate the fraction spent in the update alone.
 	TrainerBusy   float64 `json:"trainer_busy"`
 	TrainerUpdate float64 `json:"trainer_update"`
+	// BatchSeconds is the window's time per batch; BusyPerBatch the trainer's time per batch in it.
+	BatchSeconds float64 `json:"batch_seconds"`
+	BusyPerBatch float64 `json:"trainer_seconds_per_batch"`
 	// EvalVersion is the policy version held-out success was measured with, after EpisodesTrained.
 	EvalVersion     int64                         `json:"eval_version"`
 	EpisodesTrained int64                         `json:"episodes_trained"`
@@ -208,6 +211,9 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 		EvalVersion: end.version, EpisodesTrained: end.trained,
 	}
 	res.EpisodesPerS = float64(res.Episodes) / secs
+	if res.Batches > 0 {
+		res.BatchSeconds, res.BusyPerBatch = secs/float64(res.Batches), (end.busy-start.busy)/float64(res.Batches)
+	}
 	res.EnvStepsPerS = float64(end.turns-start.turns) / secs
 	ts, bs := m.Trainer.Stats(), m.Buffer.Stats()
 	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness

@@ -40,6 +40,7 @@ type benchAsyncCmd struct {
 	Concurrency   int           `name:"concurrency" default:"64" help:"Episodes played at once, in both modes."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
 	Epochs        int           `name:"epochs" default:"2" help:"PPO epochs per batch (the trainer's work per batch)."`
+	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"none" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction)."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
 	LatencyP99    time.Duration `name:"latency-p99" default:"400ms" help:"99th percentile of the lognormal env step latency."`
 	EnvHosts      int           `name:"env-hosts" default:"1" help:"Env hosts."`
@@ -49,6 +50,8 @@ type benchAsyncCmd struct {
 	JSON          bool          `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of both modes to this file (go tool pprof)."`
+	// policyBits, if set, shrinks the policy (log2 of its weights) for the smoke tests; not a flag.
+	policyBits int
 }
 
 // asyncBenchResult is what bench async-vs-sync prints with --json.
@@ -119,7 +122,9 @@ func (c *benchAsyncCmd) latency() env.LatencyConfig {
 func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg := trainer.DefaultConfig()
 	tcfg.Model.Seed = int64(c.Seed)
+	tcfg.Model.Bits = c.policyBits
 	tcfg.Epochs = c.Epochs
+	tcfg.Loss.Correction = c.Correction
 	return trialConfig{
 		Mesh: mesh.Config{
 			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, Eta: eta,
@@ -194,14 +199,14 @@ func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Mil
 
 func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "mode\teta\ttrained episodes/s\tenv steps/s\tepisodes\tseconds\ttrainer busy (update)\tstaleness histogram (episodes)\tmax staleness\theld-out success\n")
+	fmt.Fprintf(w, "mode\teta\ttrained episodes/s\tenv steps/s\tepisodes\tseconds\ts/batch (trainer)\ttrainer busy (update)\tstaleness histogram (episodes)\tmax staleness\theld-out success\n")
 	for _, r := range []struct {
 		name string
 		eta  int
 		t    *trialResult
 	}{{"sync", 0, res.Sync}, {"async", c.Eta, res.Async}} {
-		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.0f\t%d\t%.1f\t%.1f%% (%.1f%%)\t%s\t%d\t%s\n", r.name, r.eta, r.t.EpisodesPerS, r.t.EnvStepsPerS,
-			r.t.Episodes, r.t.Seconds, 100*r.t.TrainerBusy, 100*r.t.TrainerUpdate, trialHistString(r.t.Staleness), r.t.MaxStaleness, trialHeldOutString(r.t))
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.0f\t%d\t%.1f\t%.2f (%.2f)\t%.1f%% (%.1f%%)\t%s\t%d\t%s\n", r.name, r.eta, r.t.EpisodesPerS, r.t.EnvStepsPerS,
+			r.t.Episodes, r.t.Seconds, r.t.BatchSeconds, r.t.BusyPerBatch, 100*r.t.TrainerBusy, 100*r.t.TrainerUpdate, trialHistString(r.t.Staleness), r.t.MaxStaleness, trialHeldOutString(r.t))
 	}
 	_ = w.Flush()
 	fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",

@@ -40,6 +40,8 @@ type benchScaleCmd struct {
 	JSON          bool          `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of every run to this file (go tool pprof)."`
+	// policyBits, if set, shrinks the policy (log2 of its weights) for the smoke tests; not a flag.
+	policyBits int
 }
 
 // scaleBenchResult is what bench scale prints with --json; maps are keyed by replica count.
@@ -107,6 +109,7 @@ func (c *benchScaleCmd) latency() env.LatencyConfig {
 func (c *benchScaleCmd) trial(replicas int) trialConfig {
 	tcfg := trainer.DefaultConfig()
 	tcfg.Model.Seed = int64(c.Seed)
+	tcfg.Model.Bits = c.policyBits
 	tcfg.Epochs = c.Epochs
 	return trialConfig{
 		Mesh: mesh.Config{

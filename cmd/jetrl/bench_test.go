@@ -36,7 +36,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
 		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 1,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1,
-		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error",
+		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestBenchScaleSmoke(t *testing.T) {
 	c := &benchScaleCmd{
 		Replicas: []int{1, 2}, Concurrency: 4, Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8,
 		Eta: 2, Epochs: 1, LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 2, Seed: 1,
-		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error",
+		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
