@@ -112,13 +112,14 @@ func (c *configSetCmd) Run(g *globals) error {
 	return nil
 }
 
-// validateRun checks what `jetrl up` checks when it starts the services: its flags (upCmd.Validate, which
-// kong has run already), the task families, and each service's configuration built from the settings.
-func validateRun(s *upCmd) error {
+// validateRun checks a run's settings: its flags and what each service would refuse when it starts
+// (upCmd.Validate covers both).
+func validateRun(s *upCmd) error { return s.Validate() }
+
+// serviceChecks checks what the services would refuse when they start: task families, the trainer's
+// objective, and the normalizer's, rollout's and replay-buffer's configurations.
+func serviceChecks(s *upCmd) error {
 	var errs []error
-	if err := s.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	families := builtin.Registry()
 	for _, t := range s.Tasks {
 		if _, err := families.Get(t); err != nil {

@@ -38,9 +38,17 @@ func loadRunConfig(r io.Reader) (kong.Resolver, error) {
 	return &runConfig{values: norm}, nil
 }
 
+// recordedForServices are keys a run config in KV carries for service processes only (the stored pool
+// checkpoint's object name and probability, from --pool-checkpoint); a file shown by `jetrl config show`
+// may hold them, and jetrl's own commands ignore them.
+var recordedForServices = []string{"checkpoint", "checkpoint-prob"}
+
 // Validate refuses keys that are not flags of any command, so a misspelt setting is an error, not ignored.
 func (c *runConfig) Validate(app *kong.Application) error {
 	known := map[string]bool{}
+	for _, k := range recordedForServices {
+		known[k] = true
+	}
 	var walk func(n *kong.Node)
 	walk = func(n *kong.Node) {
 		for _, f := range n.Flags {

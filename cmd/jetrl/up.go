@@ -92,6 +92,9 @@ func (c *upCmd) Validate() error {
 	if c.PoolCkpt != "" && (!(c.PoolCkptProb > 0) || c.PoolCkptProb+c.StaleProb >= 1) {
 		errs = append(errs, fmt.Errorf("--pool-checkpoint-prob %v must be positive and, with --stale-prob %v, below 1", c.PoolCkptProb, c.StaleProb))
 	}
+	if err := serviceChecks(c); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -153,9 +156,6 @@ func (c *upCmd) Run(g *globals) error {
 	tcfg.Epochs = c.Epochs
 	tcfg.Adam.LR = c.LR
 	tcfg.Loss = trainer.Objective{Clip: c.Clip, DualClip: c.DualClip, KLCoef: c.KLCoef, EntropyCoef: c.EntropyCoef, Correction: c.Correction, ISCap: c.ISCap}
-	if err := c.recordSettings(ctx, js); err != nil {
-		return err
-	}
 	rcfg := rollout.Config{Concurrency: c.Concurrency, StaleEvery: c.StaleEvery, AdaptiveTasks: c.Adaptive}
 	if c.PoolCkpt != "" {
 		name, version, err := storePoolCheckpoint(ctx, js, c.PoolCkpt)
@@ -164,6 +164,9 @@ func (c *upCmd) Run(g *globals) error {
 		}
 		rcfg.CheckpointObject, rcfg.CheckpointProb = name, c.PoolCkptProb
 		log.Info().Str("file", c.PoolCkpt).Str("object", name).Int64("version", version).Msg("checkpoint joins the policy pool")
+	}
+	if err := c.recordSettings(ctx, js, rcfg.CheckpointObject); err != nil {
+		return err
 	}
 	m, err := mesh.Start(ctx, mesh.Config{
 		NATSURL: url, Tasks: c.Tasks, TaskWeights: c.TaskWeights, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
@@ -350,7 +353,9 @@ loop:
 
 // recordSettings writes the settings in force to <out>/config.yaml (loadable again with --config) and to
 // the run bucket in KV, where every service and `jetrl status` read them.
-func (c *upCmd) recordSettings(ctx context.Context, js jetstream.JetStream) error {
+// The KV record also names the stored pool checkpoint (if any) for rollout processes, whose --checkpoint
+// is an object name rather than a file.
+func (c *upCmd) recordSettings(ctx context.Context, js jetstream.JetStream, checkpointObject string) error {
 	settings := effectiveSettings(c)
 	y, err := settingsYAML(settings)
 	if err != nil {
@@ -358,6 +363,9 @@ func (c *upCmd) recordSettings(ctx context.Context, js jetstream.JetStream) erro
 	}
 	if err := os.WriteFile(filepath.Join(c.Out, runout.ConfigFile), y, 0o644); err != nil {
 		return err
+	}
+	if checkpointObject != "" {
+		settings["checkpoint"], settings["checkpoint_prob"] = checkpointObject, c.PoolCkptProb
 	}
 	j, err := settingsJSON(settings)
 	if err != nil {
