@@ -6,7 +6,10 @@ require (
 	github.com/moby/moby/api v1.56.1
 	github.com/nats-io/nats.go v1.55.0
 	github.com/testcontainers/testcontainers-go v0.45.0
+	github.com/vmihailenco/msgpack/v5 v5.4.1
 )
+
+require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -28,6 +31,7 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/jetrl/jetrl/proto v0.0.0
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
@@ -59,3 +63,5 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
+
+replace github.com/jetrl/jetrl/proto => ../../proto
