@@ -32,7 +32,7 @@ func dataBenchPositive(t *testing.T, obj map[string]any, key string) {
 // same bytes, and the JSON has the documented keys with positive rates. No timing is asserted.
 func TestBenchMeshSmoke(t *testing.T) {
 	c := &benchMeshCmd{Seconds: 1.5, Warmup: 0.5, Turns: 2, GroupSize: 4, BatchSize: 16, Eta: 2, Concurrency: 16, Bits: 10,
-		RawMin: 200, RawWindow: 64, JSON: true, LogLevel: "error"}
+		RawMin: 200, RawWindow: 64, RawRounds: 2, JSON: true, LogLevel: "error"}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,9 @@ func TestBenchWeightsSmoke(t *testing.T) {
 
 func TestBenchDataFlagsValidate(t *testing.T) {
 	bad := []interface{ Validate() error }{
-		&benchMeshCmd{Seconds: 0, Turns: 4, RawMin: 1, RawWindow: 1},
-		&benchMeshCmd{Seconds: 1, Turns: 0, RawMin: 1, RawWindow: 1},
+		&benchMeshCmd{Seconds: 0, Turns: 4, RawMin: 1, RawWindow: 1, RawRounds: 1},
+		&benchMeshCmd{Seconds: 1, Turns: 0, RawMin: 1, RawWindow: 1, RawRounds: 1},
+		&benchMeshCmd{Seconds: 1, Turns: 4, RawMin: 1, RawWindow: 1, RawRounds: 0},
 		&benchWeightsCmd{Sizes: []int{3}, Rollouts: 1, Iterations: 1},
 		&benchWeightsCmd{Sizes: []int{512}, Rollouts: 1, Iterations: 1},
 		&benchWeightsCmd{Sizes: []int{1}, Rollouts: 0, Iterations: 1},
