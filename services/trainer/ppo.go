@@ -128,21 +128,28 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 			if math.IsNaN(adv) || math.IsInf(adv, 0) {
 				return st, fmt.Errorf("%w: episode %s turn %d advantage %v", proto.ErrBadNumber, te.Episode.ID, t, adv)
 			}
-			logp := m.LogProb(inputs[t], turn.Chosen)
 			var logpRef float64
 			if ref != nil && o.KLCoef > 0 {
 				logpRef = ref.LogProb(inputs[t], turn.Chosen)
 			}
-			obj, d, wasClipped := o.TurnLoss(logp, turn.LogProb, prox[i][t], logpRef, adv)
+			// One pass over the turn's features: the clipped objective's derivative at the current
+			// log-probability, plus the entropy bonus.
+			var obj float64
+			var wasClipped bool
+			logp, h := m.AccumulateTurn(inputs[t], turn.Chosen, func(logp float64) float64 {
+				var d float64
+				obj, d, wasClipped = o.TurnLoss(logp, turn.LogProb, prox[i][t], logpRef, adv)
+				return -d * scale
+			}, -o.EntropyCoef*scale, grad)
+			if math.IsNaN(logp) {
+				return st, fmt.Errorf("%w: episode %s turn %d chose %d of %d candidates", proto.ErrMalformed, te.Episode.ID, t, turn.Chosen, len(turn.Candidates))
+			}
 			if wasClipped {
 				clipped++
 			}
 			st.Loss -= obj * scale
-			if d != 0 {
-				m.AccumulateGrad(inputs[t], turn.Chosen, -d*scale, grad)
-			}
 			if o.EntropyCoef > 0 {
-				st.Loss -= o.EntropyCoef * scale * m.AccumulateEntropyGrad(inputs[t], -o.EntropyCoef*scale, grad)
+				st.Loss -= o.EntropyCoef * scale * h
 			}
 		}
 	}

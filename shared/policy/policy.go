@@ -306,6 +306,36 @@ func (m *Model) AccumulateEntropyGrad(in Input, coef float64, grad []float64) fl
 	return h
 }
 
+// AccumulateTurn is AccumulateGrad and AccumulateEntropyGrad of one turn in a single pass over its
+// features: it computes log π(choice|in) and the entropy H, asks coef for the policy-gradient coefficient
+// given that log-probability (the clipped PPO derivative, say), and adds coef · ∂log π(choice|in)/∂W +
+// entropyCoef · ∂H/∂W into grad. It returns the log-probability and H, or NaNs (adding nothing) when choice
+// is not a candidate index or len(grad) != NumParams.
+func (m *Model) AccumulateTurn(in Input, choice int, coef func(logp float64) float64, entropyCoef float64, grad []float64) (logp, h float64) {
+	if choice < 0 || choice >= len(in.Candidates) || len(grad) != len(m.Weights) || !m.usable() {
+		return math.NaN(), math.NaN()
+	}
+	f := extract(in, m.TaskSalt)
+	lp := m.logProbsOf(f, len(in.Candidates))
+	h = entropy(lp)
+	c := coef(lp[choice])
+	if c == 0 && entropyCoef == 0 {
+		return lp[choice], h
+	}
+	// ∂log π_a/∂s_j = (1[j=a] − π_j) / T and ∂H/∂s_j = −π_j (log π_j + H) / T.
+	for j, l := range lp {
+		p := math.Exp(l)
+		g := -p
+		if j == choice {
+			g++
+		}
+		if d := c*g - entropyCoef*p*(l+h); d != 0 {
+			f.addGrad(grad, j, d/m.Temperature)
+		}
+	}
+	return lp[choice], h
+}
+
 func (m *Model) logProbsOf(f *features, n int) []float64 {
 	s := make([]float64, n)
 	for j := range s {

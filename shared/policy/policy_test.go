@@ -238,6 +238,46 @@ func TestAccumulateEntropyGradMatchesFiniteDifferences(t *testing.T) {
 	checkGrad(t, m, grad, func() float64 { return coef * m.Entropy(in) })
 }
 
+// AccumulateTurn is the policy gradient and the entropy gradient in one pass: the same sum as the two
+// separate calls, and the finite differences of coef·log π + entropyCoef·H.
+func TestAccumulateTurnIsBothGradientsInOnePass(t *testing.T) {
+	m := newModel(t, Config{Seed: 13, InitScale: 0.2, Temperature: 0.9})
+	in := testInput()
+	const choice, entCoef = 1, -0.05
+	coef := func(lp float64) float64 { return 0.7 * math.Exp(lp) } // depends on the log-probability, as PPO's does
+	grad := make([]float64, m.NumParams())
+	lp, h := m.AccumulateTurn(in, choice, coef, entCoef, grad)
+	if want := m.LogProb(in, choice); math.Abs(lp-want) > 1e-12 {
+		t.Fatalf("log-probability %v, want %v", lp, want)
+	}
+	if want := m.Entropy(in); math.Abs(h-want) > 1e-12 {
+		t.Fatalf("entropy %v, want %v", h, want)
+	}
+	sep := make([]float64, m.NumParams())
+	m.AccumulateGrad(in, choice, coef(lp), sep)
+	m.AccumulateEntropyGrad(in, entCoef, sep)
+	for k := range grad {
+		if math.Abs(grad[k]-sep[k]) > 1e-12+1e-9*math.Abs(sep[k]) {
+			t.Fatalf("coordinate %d: one pass %v, separate calls %v", k, grad[k], sep[k])
+		}
+	}
+	c := coef(lp)
+	checkGrad(t, m, grad, func() float64 { return c*m.LogProb(in, choice) + entCoef*m.Entropy(in) })
+
+	none := make([]float64, m.NumParams())
+	if lp, h := m.AccumulateTurn(in, len(in.Candidates), coef, entCoef, none); !math.IsNaN(lp) || !math.IsNaN(h) {
+		t.Fatalf("bad choice: %v, %v", lp, h)
+	}
+	if lp, _ := m.AccumulateTurn(in, 0, coef, entCoef, none[:10]); !math.IsNaN(lp) {
+		t.Fatal("short gradient accepted")
+	}
+	for _, g := range none {
+		if g != 0 {
+			t.Fatal("a refused call added to the gradient")
+		}
+	}
+}
+
 func TestBadInputDoesNotPanic(t *testing.T) {
 	m := newModel(t, Config{Bits: 12})
 	empty := testInput()
