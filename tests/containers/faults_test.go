@@ -109,17 +109,18 @@ func TestMeshInContainers(t *testing.T) {
 	})
 
 	// (b) kill one env host: the rollouts' breakers open, its episodes in flight are masked, training goes on.
-	var envKilled time.Time
+	var envKilled, envBack time.Time
 	step(t, "env host SIGKILL", func(t *testing.T) {
-		note := inject("kill -9 env host env-2", 1)
 		opens := sum(m.statuses("rollout", 2), "breaker_opens")
 		before := m.version(ctx)
 		poll(t, time.Minute, "episodes in flight", func() bool { return sum(m.statuses("rollout", 2), "episodes_in_flight") >= 16 })
+		note := inject("kill -9 env host env-2", 1)
 		m.kill(ctx, "env-2")
 		envKilled = time.Now()
 		eventually(t, 30*time.Second, "a rollout's breaker on env-2 to open", func() bool { return sum(m.statuses("rollout", 2), "breaker_opens") > opens })
 		after := m.waitVersion(ctx, before+5, 2*time.Minute, "training with one env host")
 		m.restart(ctx, "env-2")
+		envBack = time.Now()
 		if err := m.waitHealthy(ctx, "env-2", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -127,23 +128,54 @@ func TestMeshInContainers(t *testing.T) {
 	})
 
 	// (c) kill one rollout replica: the other goes on; the episodes it had in flight never reach the trainer.
-	var rollKilled, rollBack time.Time
+	// When the kill happens to land between episodes (nothing cut), the replica is restarted and killed
+	// again, up to three times, so that the fault is tested on episodes in flight.
+	var rollDead [][2]time.Time
 	step(t, "rollout SIGKILL", func(t *testing.T) {
-		note := inject("kill -9 rollout replica rollout-2", 1)
 		before := m.version(ctx)
-		poll(t, time.Minute, "rollout-2 to have episodes in flight", func() bool {
-			for _, st := range m.statuses("rollout", 2) {
-				if st["id"] == "rollout-2" && number(st, "episodes_in_flight") >= 8 {
-					return true
-				}
+		var note func(string)
+		kills, cut := 0, 0
+		for cut == 0 {
+			if kills == 3 {
+				t.Fatalf("%d kills of rollout-2 cut no episode in flight", kills)
 			}
-			return false
-		})
-		m.kill(ctx, "rollout-2")
-		rollKilled = time.Now()
+			if kills > 0 {
+				m.restart(ctx, "rollout-2")
+				rollDead[len(rollDead)-1][1] = time.Now()
+				time.Sleep(5 * time.Second)
+			}
+			from, err := lastSeq(ctx, m.js, "JETRL_EPISODES")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Episodes in flight at the kill started after since (none lasts 5 s), so all the members of
+			// their groups that were published are stored after from.
+			since := time.Now()
+			time.Sleep(5 * time.Second)
+			poll(t, time.Minute, "rollout-2 to have episodes in flight", func() bool {
+				for _, st := range m.statuses("rollout", 2) {
+					if st["id"] == "rollout-2" && number(st, "episodes_in_flight") >= 16 {
+						return true
+					}
+				}
+				return false
+			})
+			if note == nil {
+				note = inject("kill -9 rollout replica rollout-2", 0)
+			}
+			m.kill(ctx, "rollout-2")
+			kills++
+			rollDead = append(rollDead, [2]time.Time{time.Now(), time.Now().Add(time.Hour)})
+			time.Sleep(3 * time.Second) // the episodes of rollout-1 in flight are published meanwhile
+			if cut, err = cutSince(ctx, m.js, "rollout-2", from+1, since); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("kill %d of rollout-2 cut %d episodes in flight", kills, cut)
+		}
+		windows[len(windows)-1].injected = kills
 		after := m.waitVersion(ctx, before+5, 2*time.Minute, "training with one rollout replica")
 		m.restart(ctx, "rollout-2")
-		rollBack = time.Now()
+		rollDead[len(rollDead)-1][1] = time.Now()
 		note(fmt.Sprintf("v%d to v%d with rollout-1 alone", before, after))
 	})
 
@@ -246,20 +278,22 @@ func TestMeshInContainers(t *testing.T) {
 	}
 	// Fault-specific evidence from the ledger.
 	masked, maskedTrained := l.maskedOn("env-2", envKilled)
+	// Sessions that start on the restarted host while a rollout's breaker on it is still open are cut short.
+	maskedBack := l.maskedStarted("env-2", envBack)
 	if masked == 0 {
-		t.Errorf("no episode on env-2 was masked after it was killed")
+		t.Errorf("no episode in flight on env-2 was masked when it was killed")
 	}
 	if maskedTrained != 0 {
 		t.Errorf("%d masked episodes of env-2 were trained", maskedTrained)
 	}
-	cut, whileDead := l.cutBy("rollout-2", rollKilled, rollBack)
+	cut, whileDead := l.cutBy("rollout-2", rollDead)
 	if whileDead != 0 {
 		t.Errorf("%d episodes of rollout-2 were stored while it was dead", whileDead)
 	}
 	for i := range windows {
 		switch {
 		case strings.HasPrefix(windows[i].fault, "kill -9 env"):
-			windows[i].notes += fmt.Sprintf("; %d of its episodes in flight masked, none trained", masked)
+			windows[i].notes += fmt.Sprintf("; %d of its episodes in flight masked, none trained; after its restart, %d episodes masked on it while the breakers were still open", masked, maskedBack)
 		case strings.HasPrefix(windows[i].fault, "kill -9 rollout"):
 			windows[i].cut = cut
 			windows[i].notes += fmt.Sprintf("; %d episodes in flight cut: never published, never trained", cut)

@@ -33,6 +33,42 @@ import (
 // A train batch applied twice, a gap or repeat in the versions, an applied batch the train stream does not
 // hold, or an episode in a batch that the episodes stream does not hold fail the ledger too.
 
+// cutSince counts the members of one rollout replica's groups started after since (stored from sequence
+// from on) that never reached the episodes stream: the episodes a killed replica had in flight.
+func cutSince(ctx context.Context, js jetstream.JetStream, rollout string, from uint64, since time.Time) (int, error) {
+	members := map[string]int{}
+	size := map[string]int{}
+	err := readStream(ctx, js, proto.StreamEpisodes, from, func(_ uint64, _ time.Time, data []byte) error {
+		var ep proto.Episode
+		if err := msgpack.Unmarshal(data, &ep); err != nil {
+			return err
+		}
+		if ep.RolloutID == rollout && time.Unix(0, ep.StartedAt).After(since) {
+			members[ep.GroupID]++
+			size[ep.GroupID] = ep.GroupSize
+		}
+		return nil
+	})
+	cut := 0
+	for g, n := range members {
+		cut += size[g] - n
+	}
+	return cut, err
+}
+
+// lastSeq is the last sequence of a stream.
+func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
 // Fates.
 const (
 	fateTrained = "trained"
@@ -87,8 +123,9 @@ func (l *ledger) problem(format string, args ...any) {
 	}
 }
 
-// readStream hands every message of a stream, up to its last sequence at the call, to fn.
-func readStream(ctx context.Context, js jetstream.JetStream, stream string, fn func(seq uint64, at time.Time, data []byte) error) error {
+// readStream hands every message of a stream, from sequence from (0: the first) up to its last sequence
+// at the call, to fn.
+func readStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(seq uint64, at time.Time, data []byte) error) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", stream, err)
@@ -97,11 +134,15 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, fn f
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", stream, err)
 	}
-	if info.State.Msgs == 0 {
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 || from > last {
 		return nil
 	}
-	last := info.State.LastSeq
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 0 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
+	}
+	c, err := s.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", stream, err)
 	}
@@ -135,7 +176,7 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, fn f
 // readLedger reads the durable records of a drained mesh.
 func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 	l := &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchVer: map[string]int64{}}
-	err := readStream(ctx, js, proto.StreamEpisodes, func(seq uint64, at time.Time, data []byte) error {
+	err := readStream(ctx, js, proto.StreamEpisodes, 0, func(seq uint64, at time.Time, data []byte) error {
 		var ep proto.Episode
 		if err := msgpack.Unmarshal(data, &ep); err != nil {
 			return err
@@ -155,7 +196,7 @@ func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = readStream(ctx, js, proto.StreamBatches, func(_ uint64, _ time.Time, data []byte) error {
+	err = readStream(ctx, js, proto.StreamBatches, 0, func(_ uint64, _ time.Time, data []byte) error {
 		var b proto.Batch
 		if err := msgpack.Unmarshal(data, &b); err != nil {
 			return err
@@ -168,7 +209,7 @@ func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = readStream(ctx, js, proto.StreamTrain, func(_ uint64, _ time.Time, data []byte) error {
+	err = readStream(ctx, js, proto.StreamTrain, 0, func(_ uint64, _ time.Time, data []byte) error {
 		var tb proto.TrainBatch
 		if err := msgpack.Unmarshal(data, &tb); err != nil {
 			return err
@@ -187,7 +228,7 @@ func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = readStream(ctx, js, proto.StreamEvents, func(_ uint64, _ time.Time, data []byte) error {
+	err = readStream(ctx, js, proto.StreamEvents, 0, func(_ uint64, _ time.Time, data []byte) error {
 		var ev proto.TrainStep
 		if err := msgpack.Unmarshal(data, &ev); err != nil {
 			return err
@@ -198,7 +239,7 @@ func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = readStream(ctx, js, proto.StreamDeadLetter, func(uint64, time.Time, []byte) error {
+	err = readStream(ctx, js, proto.StreamDeadLetter, 0, func(uint64, time.Time, []byte) error {
 		l.deadLetters++
 		return nil
 	})
@@ -409,7 +450,8 @@ type window struct {
 	notes string
 }
 
-// rows splits the ledger by window (each episode by the time it started) and adds a total.
+// rows splits the ledger by window (each episode by the time it finished, so that one in flight when a
+// fault struck counts with that fault) and adds a total.
 func (l *ledger) rows(ws []window) []row {
 	out := make([]row, len(ws))
 	for i, w := range ws {
@@ -417,7 +459,7 @@ func (l *ledger) rows(ws []window) []row {
 	}
 	total := row{Fault: "all"}
 	for _, r := range l.order {
-		i := sort.Search(len(ws), func(i int) bool { return ws[i].from.After(r.startedAt) }) - 1
+		i := sort.Search(len(ws), func(i int) bool { return ws[i].from.After(r.finishedAt) }) - 1
 		if i < 0 {
 			i = 0
 		}
@@ -433,20 +475,34 @@ func (l *ledger) rows(ws []window) []row {
 
 // cutBy counts, over one rollout replica's groups that published fewer members than their size, the
 // members that never reached the stream (episodes cut short by the replica's death), and the replica's
-// episodes stored while it was dead (from, to): a killed process publishes nothing, so that must be 0.
-func (l *ledger) cutBy(rollout string, from, to time.Time) (cut, whileDead int) {
+// episodes stored while it was dead (in one of the intervals): a killed process publishes nothing, so
+// that must be 0.
+func (l *ledger) cutBy(rollout string, dead [][2]time.Time) (cut, whileDead int) {
 	for _, members := range l.groups {
 		if members[0].rollout != rollout {
 			continue
 		}
 		cut += members[0].groupSize - len(members)
 		for _, r := range members {
-			if r.at.After(from) && r.at.Before(to) {
-				whileDead++
+			for _, d := range dead {
+				if r.at.After(d[0]) && r.at.Before(d[1]) {
+					whileDead++
+				}
 			}
 		}
 	}
 	return cut, whileDead
+}
+
+// maskedStarted counts the infrastructure failures of episodes on one env host that started after a time.
+func (l *ledger) maskedStarted(host string, after time.Time) int {
+	n := 0
+	for _, r := range l.order {
+		if r.host == host && r.infra && r.startedAt.After(after) {
+			n++
+		}
+	}
+	return n
 }
 
 // maskedOn counts the infrastructure failures of episodes on one env host that were in flight at a time

@@ -205,10 +205,10 @@ func startMesh(t *testing.T, ctx context.Context, envHosts, rollouts int) *mesh 
 	run("replay-buffer", "replay-buffer", map[string]string{"JETRL_GROUP_TIMEOUT": groupTimeout.String()})
 	for i := 1; i <= envHosts; i++ {
 		id := fmt.Sprintf("env-%d", i)
-		// Steps take time, as a real environment's do (a lognormal latency, median 20 ms), so that an
+		// Steps take time, as a real environment's do (a lognormal latency, median 40 ms), so that an
 		// episode is in flight for a while and a fault lands on some.
 		run("env", id, map[string]string{"JETRL_ENV_HOST_ID": id,
-			"JETRL_ENV_STEP_LATENCY_MEDIAN": "20ms", "JETRL_ENV_STEP_LATENCY_P99": "100ms"})
+			"JETRL_ENV_STEP_LATENCY_MEDIAN": "40ms", "JETRL_ENV_STEP_LATENCY_P99": "200ms"})
 	}
 	for i := 1; i <= rollouts; i++ {
 		id := fmt.Sprintf("rollout-%d", i)
