@@ -49,10 +49,10 @@ type upCmd struct {
 	Rollouts     int                `name:"rollouts" default:"1" help:"Rollout replicas."`
 	EnvHosts     int                `name:"env-hosts" default:"1" help:"Env hosts."`
 	Concurrency  int                `name:"concurrency" default:"64" help:"Episodes each rollout replica plays at once."`
-	StaleProb    float64            `name:"stale-prob" default:"0" help:"Cross-policy sampling: probability a turn uses the stale copy."`
+	StaleProb    float64            `name:"stale-prob" default:"0.25" help:"Cross-policy sampling: probability a turn uses the stale copy (0: off)."`
 	LR           float64            `name:"lr" default:"0" help:"Adam learning rate (0: the model's default)."`
 	Epochs       int                `name:"epochs" default:"2" help:"PPO epochs per batch."`
-	Adaptive     bool               `name:"adaptive-tasks" negatable:"" help:"Scale each task's share of groups by the recent share of its groups whose rewards differ (a group that all succeed or all fail teaches nothing)."`
+	Adaptive     bool               `name:"adaptive-tasks" default:"true" negatable:"" help:"Scale each task's share of groups by what its groups still teach: the larger of the recent share of its groups whose rewards differ and its mean reward's shortfall from 1 (floor 0.1)."`
 	TaskSalt     bool               `name:"task-salt" help:"Key the policy's candidate features by task, so families trained together share no weights."`
 	MaxBatchSize int                `name:"max-batch-size" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
 	PoolCkpt     string             `name:"pool-checkpoint" type:"existingfile" help:"Saved weights (another run's weights.bin) that join the rollout policy pool as a fixed member."`

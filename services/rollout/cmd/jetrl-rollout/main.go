@@ -17,9 +17,9 @@ type cli struct {
 	BatchSize   int                `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
 	Eta         int                `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound (0: synchronous)."`
 	Concurrency int                `name:"concurrency" env:"JETRL_ROLLOUT_CONCURRENCY" default:"64" help:"Episodes played at once."`
-	StaleProb   float64            `name:"stale-prob" env:"JETRL_STALE_PROB" default:"0" help:"Probability a turn uses the stale policy copy."`
+	StaleProb   float64            `name:"stale-prob" env:"JETRL_STALE_PROB" default:"0.25" help:"Probability a turn uses the stale policy copy (0: off)."`
 	StaleEvery  int64              `name:"stale-every" env:"JETRL_STALE_EVERY" default:"25" help:"Refresh the stale copy every this many versions."`
-	Adaptive    bool               `name:"adaptive-tasks" env:"JETRL_ADAPTIVE_TASKS" negatable:"" help:"Scale each task's share by the recent share of its groups with differing rewards."`
+	Adaptive    bool               `name:"adaptive-tasks" env:"JETRL_ADAPTIVE_TASKS" default:"true" negatable:"" help:"Scale each task's share by what its groups still teach (differing rewards, or mean reward short of 1)."`
 	Checkpoint  string             `name:"checkpoint" env:"JETRL_CHECKPOINT_OBJECT" help:"A saved policy in the weights Object Store that joins the pool as a fixed member."`
 	CheckpointP float64            `name:"checkpoint-prob" env:"JETRL_CHECKPOINT_PROB" default:"0" help:"Probability a turn uses --checkpoint."`
 	Seed        uint64             `name:"seed" env:"JETRL_SEED" default:"1" help:"Seed of instance draws and sampling."`
