@@ -142,6 +142,9 @@ type WeightsSource struct {
 	Objects jetstream.ObjectStore
 	// OnLoadError, when set, hears every failed attempt of Watch to load a version (it retries).
 	OnLoadError func(version int64, err error)
+	// js reads the weights' chunks directly (see Load); without it (a WeightsSource built by hand) Load
+	// reads through Objects.Get, which hashes the bytes again.
+	js jetstream.JetStream
 }
 
 // NewWeightsSource binds the policy buckets.
@@ -154,17 +157,99 @@ func NewWeightsSource(ctx context.Context, js jetstream.JetStream) (*WeightsSour
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", proto.BucketWeights, err)
 	}
-	return &WeightsSource{KV: kv, Objects: obj}, nil
+	return &WeightsSource{KV: kv, Objects: obj, js: js}, nil
 }
 
 // maxWeightsBytes bounds the buffer reserved up front for a weights object (the largest model is 256 MiB).
 const maxWeightsBytes = 1 << 30
 
-// Load fetches and verifies the weights that a version record names. The Object Store checks the bytes
-// against the object's SHA-256 digest as it delivers the last of them; Load checks that this digest is the
-// record's, so the weights are hashed once. They are read into one buffer of the object's size, which the
-// loaded model then uses as its weights.
+// loadTimeout bounds one load of a version's weights (Watch retries a failed one).
+const loadTimeout = 2 * time.Minute
+
+// Load fetches and verifies the weights that a version record names. The object's SHA-256 digest, which the
+// Object Store computed from the bytes as the trainer stored them, must be the record's; the object must be
+// exactly as long as its metadata says; and the weight blob's own CRC32, checked as it loads, must hold,
+// which catches corruption anywhere between the trainer's MarshalBinary and here. The bytes are not hashed
+// again: with several rollouts on a machine, a SHA-256 of every copy of the weights costs more than moving
+// them. The chunks go straight into one buffer of the object's size, which the model then uses as its weights.
 func (s *WeightsSource) Load(ctx context.Context, rec proto.PolicyVersion) (*policy.Model, error) {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	if s.js == nil {
+		return s.loadThroughGet(ctx, rec)
+	}
+	info, err := s.Objects.GetInfo(ctx, rec.Object)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
+	}
+	if err := checkWeightsInfo(rec, info); err != nil {
+		return nil, err
+	}
+	b, err := readObjectChunks(ctx, s.js, proto.BucketWeights, info)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
+	}
+	return policy.LoadInPlace(b) // b is the model's weights from here on: no second copy
+}
+
+// checkWeightsInfo checks an object's metadata against the version record that names it.
+func checkWeightsInfo(rec proto.PolicyVersion, info *jetstream.ObjectInfo) error {
+	if rec.SHA256 != "" {
+		if sum, err := jetstream.DecodeObjectDigest(info.Digest); err != nil || hex.EncodeToString(sum) != rec.SHA256 {
+			return fmt.Errorf("weights %s: sha256 mismatch (object digest %q, record %s)", rec.Object, info.Digest, rec.SHA256)
+		}
+	}
+	if info.Size > maxWeightsBytes {
+		return fmt.Errorf("weights %s: %d bytes is more than any policy", rec.Object, info.Size)
+	}
+	return nil
+}
+
+// readObjectChunks reads an object's chunks (subject $O.<bucket>.C.<nuid> of stream OBJ_<bucket>, as the
+// Object Store lays them out) in order into one buffer of the object's size, with a few chunks read ahead.
+func readObjectChunks(ctx context.Context, js jetstream.JetStream, bucket string, info *jetstream.ObjectInfo) ([]byte, error) {
+	b := make([]byte, info.Size)
+	if info.Size == 0 {
+		return b, nil
+	}
+	stream := "OBJ_" + bucket
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID}, InactiveThreshold: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		it.Stop()
+		// Delete the consumer now rather than leave one per load for the server to expire.
+		if ci := cons.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = js.DeleteConsumer(dctx, stream, ci.Name)
+			cancel()
+		}
+	}()
+	off := 0
+	for n := uint32(0); n < info.Chunks; n++ {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d of %d: %w", n+1, info.Chunks, err)
+		}
+		if off+len(m.Data()) > len(b) {
+			return nil, fmt.Errorf("chunks run past the object's %d bytes", info.Size)
+		}
+		off += copy(b[off:], m.Data())
+	}
+	if off != len(b) {
+		return nil, fmt.Errorf("%d chunks hold %d bytes, not the object's %d", info.Chunks, off, info.Size)
+	}
+	return b, nil
+}
+
+// loadThroughGet is Load through the Object Store client's Get, which checks the bytes against the digest.
+func (s *WeightsSource) loadThroughGet(ctx context.Context, rec proto.PolicyVersion) (*policy.Model, error) {
 	res, err := s.Objects.Get(ctx, rec.Object)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
@@ -174,13 +259,8 @@ func (s *WeightsSource) Load(ctx context.Context, rec proto.PolicyVersion) (*pol
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", rec.Object, err)
 	}
-	if rec.SHA256 != "" {
-		if sum, err := jetstream.DecodeObjectDigest(info.Digest); err != nil || hex.EncodeToString(sum) != rec.SHA256 {
-			return nil, fmt.Errorf("weights %s: sha256 mismatch (object digest %q, record %s)", rec.Object, info.Digest, rec.SHA256)
-		}
-	}
-	if info.Size > maxWeightsBytes {
-		return nil, fmt.Errorf("weights %s: %d bytes is more than any policy", rec.Object, info.Size)
+	if err := checkWeightsInfo(rec, info); err != nil {
+		return nil, err
 	}
 	b := make([]byte, info.Size)
 	if _, err := io.ReadFull(res, b); err != nil {
@@ -190,7 +270,7 @@ func (s *WeightsSource) Load(ctx context.Context, rec proto.PolicyVersion) (*pol
 	if n, err := res.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		return nil, fmt.Errorf("get %s: not %d bytes long, or damaged: %v", rec.Object, info.Size, err)
 	}
-	return policy.LoadInPlace(b) // b is the model's weights from here on: no second copy
+	return policy.LoadInPlace(b)
 }
 
 // CheckpointVersionKey is the object metadata key that records the version a saved policy had in its run.
