@@ -33,42 +33,6 @@ import (
 // A train batch applied twice, a gap or repeat in the versions, an applied batch the train stream does not
 // hold, or an episode in a batch that the episodes stream does not hold fail the ledger too.
 
-// cutSince counts the members of one rollout replica's groups started after since (stored from sequence
-// from on) that never reached the episodes stream: the episodes a killed replica had in flight.
-func cutSince(ctx context.Context, js jetstream.JetStream, rollout string, from uint64, since time.Time) (int, error) {
-	members := map[string]int{}
-	size := map[string]int{}
-	err := readStream(ctx, js, proto.StreamEpisodes, from, func(_ uint64, _ time.Time, data []byte) error {
-		var ep proto.Episode
-		if err := msgpack.Unmarshal(data, &ep); err != nil {
-			return err
-		}
-		if ep.RolloutID == rollout && time.Unix(0, ep.StartedAt).After(since) {
-			members[ep.GroupID]++
-			size[ep.GroupID] = ep.GroupSize
-		}
-		return nil
-	})
-	cut := 0
-	for g, n := range members {
-		cut += size[g] - n
-	}
-	return cut, err
-}
-
-// lastSeq is the last sequence of a stream.
-func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
-}
-
 // Fates.
 const (
 	fateTrained = "trained"
@@ -450,8 +414,8 @@ type window struct {
 	notes string
 }
 
-// rows splits the ledger by window (each episode by the time it finished, so that one in flight when a
-// fault struck counts with that fault) and adds a total.
+// rows splits the ledger by window (each episode by the time it started; a fault's window opens a little
+// before its injection, so that the episodes in flight when it struck count with it) and adds a total.
 func (l *ledger) rows(ws []window) []row {
 	out := make([]row, len(ws))
 	for i, w := range ws {
@@ -459,7 +423,7 @@ func (l *ledger) rows(ws []window) []row {
 	}
 	total := row{Fault: "all"}
 	for _, r := range l.order {
-		i := sort.Search(len(ws), func(i int) bool { return ws[i].from.After(r.finishedAt) }) - 1
+		i := sort.Search(len(ws), func(i int) bool { return ws[i].from.After(r.startedAt) }) - 1
 		if i < 0 {
 			i = 0
 		}

@@ -48,6 +48,8 @@ const (
 	batchSize = 64
 	eta       = 2
 	minGroup  = 2 // the replay-buffer's default: GRPO needs two usable members to compare
+	// rolloutConcurrency is the rollouts' default: the most episodes one replica has in flight.
+	rolloutConcurrency = 64
 	// groupTimeout releases a group missing members (its rollout was killed); shorter than the default 2m
 	// so that the test's final accounting does not wait long for them.
 	groupTimeout = 45 * time.Second
