@@ -121,8 +121,8 @@ func TestMeshInContainers(t *testing.T) {
 		before := m.version(ctx)
 		poll(t, time.Minute, "episodes in flight", func() bool { return sum(m.statuses("rollout", 2), "episodes_in_flight") >= 16 })
 		note := inject("kill -9 env host env-2", 1)
+		envKilled = time.Now() // episodes in flight now fail as soon as the process is gone
 		m.kill(ctx, "env-2")
-		envKilled = time.Now()
 		eventually(t, 30*time.Second, "a rollout's breaker on env-2 to open", func() bool { return sum(m.statuses("rollout", 2), "breaker_opens") > opens })
 		after := m.waitVersion(ctx, before+5, 2*time.Minute, "training with one env host")
 		m.restart(ctx, "env-2")
