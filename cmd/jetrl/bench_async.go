@@ -30,17 +30,20 @@ import (
 // slowest episode is in (batches are capped at B, so no batch takes more); the trainer trains it and
 // publishes version v+1; only then does rollout, once it has loaded those weights, start the next batch.
 // That is the paper's synchronous baseline: roll out, wait for the slowest, train, push weights, repeat.
-// Both modes use the same concurrency, batch size (exactly B per batch), trainer and seed.
+// Both modes use the same concurrency (default B: synchronous fills every slot at the start of a batch),
+// batch size (exactly B per batch), trainer (PPO epochs, objective) and seed. The trainer's objective is
+// AReaL's decoupled one by default, which on fresh (synchronous) data is plain PPO; its epochs are what
+// makes the trainer, rather than the staleness bound, the limit of the asynchronous mode on two cores.
 type benchAsyncCmd struct {
 	Tasks         []string      `name:"tasks" default:"db,kg,webshop" help:"Task families of the workload."`
-	Episodes      int64         `name:"episodes" default:"3200" help:"Trained episodes measured per mode (after the warm-up)."`
+	Episodes      int64         `name:"episodes" default:"7680" help:"Trained episodes measured per mode (after the warm-up)."`
 	Warmup        int64         `name:"warmup" default:"2" help:"Batches trained before the measurement starts."`
 	GroupSize     int           `name:"group-size" default:"8" help:"GRPO group size G."`
-	BatchSize     int           `name:"batch-size" default:"64" help:"Batch size B in episodes (every batch holds exactly B)."`
-	Concurrency   int           `name:"concurrency" default:"64" help:"Episodes played at once, in both modes."`
+	BatchSize     int           `name:"batch-size" default:"256" help:"Batch size B in episodes (every batch holds exactly B)."`
+	Concurrency   int           `name:"concurrency" default:"0" help:"Most episodes played at once, in both modes (0: the batch size B; synchronous never plays more than B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
-	Epochs        int           `name:"epochs" default:"2" help:"PPO epochs per batch (the trainer's work per batch)."`
-	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"none" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction)."`
+	Epochs        int           `name:"epochs" default:"7" help:"PPO epochs per batch: the trainer's work per batch, in both modes."`
+	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"decoupled" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled equals none on fresh data)."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
 	LatencyP99    time.Duration `name:"latency-p99" default:"400ms" help:"99th percentile of the lognormal env step latency."`
 	EnvHosts      int           `name:"env-hosts" default:"1" help:"Env hosts."`
@@ -80,6 +83,7 @@ type asyncWorkload struct {
 	BatchSize       int      `json:"batch_size"`
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
+	Correction      string   `json:"correction"`
 	LatencyMedianMS float64  `json:"latency_median_ms"`
 	LatencyP99MS    float64  `json:"latency_p99_ms"`
 	LatencyMeanMS   float64  `json:"latency_mean_ms"`
@@ -99,7 +103,7 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.GroupSize < 2 || c.BatchSize < c.GroupSize || c.BatchSize%c.GroupSize != 0 {
 		errs = append(errs, fmt.Errorf("--batch-size %d must be a multiple of --group-size %d (at least 2)", c.BatchSize, c.GroupSize))
 	}
-	if c.Concurrency < c.GroupSize {
+	if c.Concurrency != 0 && c.Concurrency < c.GroupSize {
 		errs = append(errs, fmt.Errorf("--concurrency %d must be at least the group size %d", c.Concurrency, c.GroupSize))
 	}
 	if c.Eta < 1 {
@@ -112,6 +116,14 @@ func (c *benchAsyncCmd) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// concurrency is the episodes played at once in both modes.
+func (c *benchAsyncCmd) concurrency() int {
+	if c.Concurrency == 0 {
+		return c.BatchSize
+	}
+	return c.Concurrency
 }
 
 func (c *benchAsyncCmd) latency() env.LatencyConfig {
@@ -129,7 +141,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 		Mesh: mesh.Config{
 			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, Eta: eta,
 			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
-			Rollout: rollout.Config{Concurrency: c.Concurrency},
+			Rollout: rollout.Config{Concurrency: c.concurrency()},
 		},
 		Latency: c.latency(), WarmupBatches: c.Warmup, Episodes: c.Episodes,
 		EvalEpisodes: c.EvalEpisodes, EvalSeed: c.Seed + 1, Timeout: c.Timeout,
@@ -171,11 +183,11 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
 		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
-		Concurrency: c.Concurrency, Epochs: c.Epochs, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		Concurrency: c.concurrency(), Epochs: c.Epochs, Correction: c.Correction, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
 		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
-		strings.Join(c.Tasks, ","), c.Episodes, c.Warmup, c.BatchSize, c.Concurrency, c.LatencyMedian, c.LatencyP99)
+		strings.Join(c.Tasks, ","), c.Episodes, c.Warmup, c.BatchSize, c.concurrency(), c.LatencyMedian, c.LatencyP99)
 	say("synchronous (eta 0)...")
 	if res.Sync, err = runTrial(ctx, c.trial(0), log); err != nil {
 		return nil, fmt.Errorf("synchronous mode: %w", err)

@@ -26,10 +26,10 @@ type benchScaleCmd struct {
 	Replicas      []int         `name:"replicas" default:"1,2,4" help:"Rollout replica counts to measure, comma separated."`
 	Concurrency   int           `name:"concurrency" default:"16" help:"Episodes each rollout replica plays at once."`
 	Tasks         []string      `name:"tasks" default:"db,kg,webshop" help:"Task families of the workload."`
-	Episodes      int64         `name:"episodes" default:"1280" help:"Trained episodes measured per replica count (after the warm-up)."`
+	Episodes      int64         `name:"episodes" default:"1920" help:"Trained episodes measured per replica count (after the warm-up)."`
 	Warmup        int64         `name:"warmup" default:"1" help:"Batches trained before the measurement starts."`
 	GroupSize     int           `name:"group-size" default:"8" help:"GRPO group size G."`
-	BatchSize     int           `name:"batch-size" default:"64" help:"Batch size B in episodes (every batch holds exactly B)."`
+	BatchSize     int           `name:"batch-size" default:"128" help:"Batch size B in episodes (every batch holds exactly B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound."`
 	Epochs        int           `name:"epochs" default:"2" help:"PPO epochs per batch."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
