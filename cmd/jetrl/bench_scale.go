@@ -24,9 +24,9 @@ import (
 // the policy learns.
 type benchScaleCmd struct {
 	Replicas      []int         `name:"replicas" default:"1,2,4" help:"Rollout replica counts to measure, comma separated."`
-	Concurrency   int           `name:"concurrency" default:"16" help:"Episodes each rollout replica plays at once."`
+	Concurrency   int           `name:"concurrency" default:"8" help:"Episodes each rollout replica plays at once (8: one group at a time)."`
 	Tasks         []string      `name:"tasks" default:"db,kg,webshop" help:"Task families of the workload."`
-	Episodes      int64         `name:"episodes" default:"1920" help:"Trained episodes measured per replica count (after the warm-up)."`
+	Episodes      int64         `name:"episodes" default:"1024" help:"Trained episodes measured per replica count (after the warm-up)."`
 	Warmup        int64         `name:"warmup" default:"1" help:"Batches trained before the measurement starts."`
 	GroupSize     int           `name:"group-size" default:"8" help:"GRPO group size G."`
 	BatchSize     int           `name:"batch-size" default:"128" help:"Batch size B in episodes (every batch holds exactly B)."`
