@@ -70,7 +70,7 @@ test-containers: docker-check
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images && \
 		cd tests/containers && GOWORK=off $(GO) vet -tags containers ./... && \
 		GOWORK=off TESTCONTAINERS_RYUK_DISABLED=true JETRL_IMAGE_TAG=$(IMAGE_TAG) JETRL_BIN=$(abspath $(BIN)) \
-		JETRL_FAULT_TABLE=$(abspath $(FAULT_TABLE)) $(GO) test -tags containers -count=1 -timeout 25m -v ./...; fi
+		JETRL_FAULT_TABLE=$(abspath $(FAULT_TABLE)) $(GO) test -tags containers -count=1 -timeout 28m -v ./...; fi
 docker-check:
 	@if ! docker info >/dev/null 2>&1; then \
 		if [ "$${CI:-}" = "true" ]; then echo "FATAL: CI=true but no Docker engine is reachable: the container tests cannot run" >&2; exit 1; fi; \
