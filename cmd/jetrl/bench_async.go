@@ -42,7 +42,7 @@ type benchAsyncCmd struct {
 	BatchSize     int           `name:"batch-size" default:"256" help:"Batch size B in episodes (every batch holds exactly B)."`
 	Concurrency   int           `name:"concurrency" default:"0" help:"Most episodes played at once, in both modes (0: the batch size B; synchronous never plays more than B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
-	Epochs        int           `name:"epochs" default:"7" help:"PPO epochs per batch: the trainer's work per batch, in both modes."`
+	Epochs        int           `name:"epochs" default:"6" help:"PPO epochs per batch: the trainer's work per batch, in both modes."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"decoupled" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled equals none on fresh data)."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
 	LatencyP99    time.Duration `name:"latency-p99" default:"400ms" help:"99th percentile of the lognormal env step latency."`
