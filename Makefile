@@ -68,9 +68,11 @@ FAULT_TABLE ?= out/faults
 .PHONY: test-containers docker-check
 test-containers: docker-check
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images && \
-		cd tests/containers && GOWORK=off $(GO) vet -tags containers ./... && \
-		GOWORK=off TESTCONTAINERS_RYUK_DISABLED=true JETRL_IMAGE_TAG=$(IMAGE_TAG) JETRL_BIN=$(abspath $(BIN)) \
-		JETRL_FAULT_TABLE=$(abspath $(FAULT_TABLE)) $(GO) test -tags containers -count=1 -timeout 28m -v ./...; fi
+		cd tests/containers && GOWORK=off $(GO) vet -tags containers ./... && run=jetrl-$$$$-$$(date +%s) && \
+		{ GOWORK=off TESTCONTAINERS_RYUK_DISABLED=true JETRL_IMAGE_TAG=$(IMAGE_TAG) JETRL_BIN=$(abspath $(BIN)) JETRL_TEST_RUN=$$run \
+		JETRL_FAULT_TABLE=$(abspath $(FAULT_TABLE)) $(GO) test -tags containers -count=1 -timeout 28m -v ./...; rc=$$?; \
+		docker ps -aq --filter label=jetrl.run=$$run | xargs -r docker rm -fv >/dev/null; \
+		docker network ls -q --filter label=jetrl.run=$$run | xargs -r docker network rm >/dev/null; exit $$rc; }; fi
 docker-check:
 	@if ! docker info >/dev/null 2>&1; then \
 		if [ "$${CI:-}" = "true" ]; then echo "FATAL: CI=true but no Docker engine is reachable: the container tests cannot run" >&2; exit 1; fi; \

@@ -155,7 +155,7 @@ func TestMeshInContainers(t *testing.T) {
 		after := m.waitVersion(ctx, before+5, 2*time.Minute, "training with one rollout replica")
 		m.restart(ctx, "rollout-2")
 		rollDead[1] = time.Now()
-		note(fmt.Sprintf("killed with %v episodes in flight; v%d to v%d with rollout-1 alone", inFlight, before, after))
+		note(fmt.Sprintf("killed right after its status showed %v episodes in flight; v%d to v%d with rollout-1 alone", inFlight, before, after))
 	})
 
 	// (d) stop one NATS node of three (the meta leader, unless that is nats-1): the mesh goes on, the

@@ -43,6 +43,17 @@ func tag() string {
 
 var natsNodes = []string{"nats-1", "nats-2", "nats-3"}
 
+// labels mark every container and network of a run: jetrl.test names the test, jetrl.run the run
+// (JETRL_TEST_RUN; make test-containers removes whatever carries its run's label after the test, as a
+// safety net should the test binary itself be killed before its cleanups ran).
+func labels(t *testing.T) map[string]string {
+	l := map[string]string{"jetrl.test": t.Name()}
+	if run := os.Getenv("JETRL_TEST_RUN"); run != "" {
+		l["jetrl.run"] = run
+	}
+	return l
+}
+
 // Settings of the mesh under test, shared by the services that read them.
 const (
 	batchSize = 64
@@ -73,7 +84,7 @@ func (m *mesh) start(ctx context.Context, image, alias string, opts ...testconta
 	m.t.Helper()
 	opts = append([]testcontainers.ContainerCustomizer{
 		network.WithNetwork([]string{alias}, m.net),
-		testcontainers.WithLabels(map[string]string{"jetrl.test": m.t.Name()}),
+		testcontainers.WithLabels(labels(m.t)),
 	}, opts...)
 	c, err := testcontainers.Run(ctx, image, opts...)
 	testcontainers.CleanupContainer(m.t, c)
@@ -139,7 +150,7 @@ func (m *mesh) mapped(ctx context.Context, alias, port string) (string, error) {
 // env hosts (env-1, ...) and rollouts rollout replicas (rollout-1, ...).
 func startMesh(t *testing.T, ctx context.Context, envHosts, rollouts int) *mesh {
 	t.Helper()
-	nw, err := network.New(ctx, network.WithLabels(map[string]string{"jetrl.test": t.Name()}))
+	nw, err := network.New(ctx, network.WithLabels(labels(t)))
 	testcontainers.CleanupNetwork(t, nw)
 	if err != nil {
 		t.Fatalf("network: %v", err)
