@@ -89,9 +89,7 @@ func (c *upCmd) Validate() error {
 	if c.Target < 0 || c.Target > 1 {
 		errs = append(errs, fmt.Errorf("--target %v must be in [0, 1]", c.Target))
 	}
-	if c.PoolCkpt != "" && (!(c.PoolCkptProb > 0) || c.PoolCkptProb+c.StaleProb >= 1) {
-		errs = append(errs, fmt.Errorf("--pool-checkpoint-prob %v must be positive and, with --stale-prob %v, below 1", c.PoolCkptProb, c.StaleProb))
-	}
+	// serviceChecks covers --pool-checkpoint-prob too, through the rollout's own validation.
 	if err := serviceChecks(c); err != nil {
 		errs = append(errs, err)
 	}
