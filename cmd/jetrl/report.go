@@ -24,6 +24,7 @@ type reportCmd struct {
 	Seeds         int      `name:"seeds" default:"3" help:"Seeds per method (1, 2, ...)."`
 	Minutes       float64  `name:"minutes" default:"10" help:"Training time of each multi-task run (full method and ablations)."`
 	SingleMinutes float64  `name:"single-minutes" default:"4" help:"Training time of each single-family run."`
+	SingleTarget  float64  `name:"single-target" default:"0.99" help:"A single-family run stops early once its periodic held-out success reaches this (its ceiling; 0: always the full time)."`
 	EvalEpisodes  int      `name:"eval-episodes" default:"200" help:"Held-out episodes per family at the end of each run and for the baselines."`
 	RunConfig     string   `name:"run-config" type:"existingfile" help:"YAML settings passed to every run (jetrl up --config)."`
 	Resume        bool     `name:"resume" default:"true" negatable:"" help:"Keep runs that already have a summary.json instead of running them again."`
@@ -37,6 +38,9 @@ func (c *reportCmd) Validate() error {
 	}
 	if c.Minutes <= 0 || c.SingleMinutes <= 0 {
 		errs = append(errs, fmt.Errorf("--minutes %v and --single-minutes %v must be positive", c.Minutes, c.SingleMinutes))
+	}
+	if c.SingleTarget < 0 || c.SingleTarget > 1 {
+		errs = append(errs, fmt.Errorf("--single-target %v must be in [0, 1]", c.SingleTarget))
 	}
 	reg := builtin.Registry()
 	for _, t := range c.Tasks {
@@ -77,7 +81,8 @@ func (c *reportCmd) plan() []reportRun {
 				variants = []reportRun{{method: m, args: []string{"--tasks", all, "--minutes", minutes, "--stale-prob", "0"}}}
 			case report.Single:
 				for _, t := range c.Tasks {
-					variants = append(variants, reportRun{method: report.Single + "-" + t, args: []string{"--tasks", t, "--minutes", single}})
+					variants = append(variants, reportRun{method: report.Single + "-" + t, args: []string{"--tasks", t, "--minutes", single,
+						"--target", strconv.FormatFloat(c.SingleTarget, 'f', -1, 64)}})
 				}
 			}
 			for _, v := range variants {
@@ -143,6 +148,9 @@ func (c *reportCmd) Run(g *globals) error {
 	}
 	rep.Notes = fmt.Sprintf("Each multi-task run trains %v minutes and each single-family run %v minutes on this machine, from an untrained policy; "+
 		"held-out success is the greedy policy on %d held-out instances per family.", c.Minutes, c.SingleMinutes, c.EvalEpisodes)
+	if c.SingleTarget > 0 {
+		rep.Notes += fmt.Sprintf(" A single-family run stops early once its periodic held-out check (%d instances) reaches %.0f%%.", max(c.EvalEpisodes/2, 20), 100*c.SingleTarget)
+	}
 	command := c.Command
 	if command == "" {
 		command = "jetrl " + strings.Join(os.Args[1:], " ")
