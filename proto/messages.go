@@ -331,8 +331,37 @@ type PolicyVersion struct {
 	Size            int64  `msgpack:"size"`
 	SHA256          string `msgpack:"sha256"`
 	EpisodesTrained int64  `msgpack:"episodes_trained"`
-	BatchID         string `msgpack:"batch_id"`
-	PublishedAt     int64  `msgpack:"published_at"`
+	// EpisodesConsumed counts every admitted episode the trainer has taken off the mesh up to this
+	// version: trained, or dropped as stale. The staleness gate lets (eta+1)·B more be in flight.
+	EpisodesConsumed int64  `msgpack:"episodes_consumed"`
+	BatchID          string `msgpack:"batch_id"`
+	PublishedAt      int64  `msgpack:"published_at"`
+}
+
+// GroupStart announces an admitted group before its episodes start (StreamGroups). The replay-buffer
+// holds it with the group: if the members never all arrive (their rollout died), the group times out
+// and its missing admissions are refunded, so the staleness gate does not lose room for good.
+type GroupStart struct {
+	Schema       int    `msgpack:"schema"`
+	GroupID      string `msgpack:"group_id"`
+	Task         string `msgpack:"task"`
+	GroupSize    int    `msgpack:"group_size"`
+	StartVersion int64  `msgpack:"start_version"`
+	RolloutID    string `msgpack:"rollout_id"`
+	StartedAt    int64  `msgpack:"started_at"`
+}
+
+// Validate rejects a marker the replay-buffer cannot account for.
+func (g *GroupStart) Validate() error {
+	switch {
+	case g.Schema != SchemaVersion:
+		return fmt.Errorf("%w: group start schema %d, want %d", ErrSchema, g.Schema, SchemaVersion)
+	case g.GroupID == "":
+		return fmt.Errorf("%w: group start needs group_id", ErrMalformed)
+	case g.GroupSize < 1:
+		return fmt.Errorf("%w: group start %s has group_size %d", ErrMalformed, g.GroupID, g.GroupSize)
+	}
+	return nil
 }
 
 // Admission is the staleness gate's counter under BucketAdmission/KeyAdmission, updated by compare-and-set.

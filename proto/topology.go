@@ -39,6 +39,10 @@ const (
 	// SubjectEpisodesPrefix + task family; rollout publishes each finished episode there.
 	SubjectEpisodesPrefix = "jetrl.episodes."
 	SubjectEpisodesAll    = "jetrl.episodes.>"
+	// SubjectGroupStart carries a GroupStart per admitted group, published by the rollout before its
+	// episodes start, so the replay-buffer can account for a group whose rollout died before publishing.
+	StreamGroups      = "JETRL_GROUPS"
+	SubjectGroupStart = "jetrl.groups.start"
 	// SubjectBatches carries groups assembled by the replay-buffer.
 	SubjectBatches = "jetrl.batches"
 	// SubjectTrain carries batches with advantages, ready for the trainer.
@@ -55,8 +59,10 @@ func SubjectEpisodes(task string) string { return SubjectEpisodesPrefix + task }
 // Durable consumer names, one per consuming stage.
 const (
 	ConsumerReplayBuffer = "replay-buffer"
-	ConsumerNormalizer   = "advantage-normalizer"
-	ConsumerTrainer      = "trainer"
+	// ConsumerReplayBufferGroups reads StreamGroups.
+	ConsumerReplayBufferGroups = "replay-buffer-groups"
+	ConsumerNormalizer         = "advantage-normalizer"
+	ConsumerTrainer            = "trainer"
 )
 
 // Events for progress displays, operators and audits. The trainer's step events are also kept in
@@ -120,6 +126,7 @@ type StreamSpec struct {
 // Streams lists every stream; shared/bus creates them idempotently.
 var Streams = []StreamSpec{
 	{Name: StreamEpisodes, Subjects: []string{SubjectEpisodesAll}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},
+	{Name: StreamGroups, Subjects: []string{SubjectGroupStart}, MaxBytes: StreamMaxBytes / 16, MaxAge: StreamMaxAge, MaxMsg: 4096},
 	{Name: StreamBatches, Subjects: []string{SubjectBatches}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamTrain, Subjects: []string{SubjectTrain}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamEvents, Subjects: []string{SubjectEventsAll}, MaxBytes: StreamMaxBytes / 4, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,9 @@ type group struct {
 	size      int
 	members   map[string]member
 	firstSeen time.Time
+	// marker is the group's start marker (StreamGroups), held unacked until the group is settled, so a
+	// restarted buffer still times out a group whose rollout died before publishing any member.
+	marker jetstream.Msg
 }
 
 // Buffer is the replay-buffer.
@@ -150,6 +154,7 @@ type Stats struct {
 	Missing       int64 `json:"missing_timeout"`
 	Duplicates    int64 `json:"duplicates"`
 	Late          int64 `json:"late"`
+	GroupStarts   int64 `json:"group_starts"`
 	DeadLettered  int64 `json:"dead_lettered"`
 	MaxStaleness  int64 `json:"max_staleness"`
 	PendingGroups int   `json:"pending_groups"`
@@ -226,6 +231,12 @@ func (b *Buffer) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
+	starts, err := js.CreateOrUpdateConsumer(ctx, proto.StreamGroups,
+		bus.ConsumerConfig(proto.ConsumerReplayBufferGroups, proto.SubjectGroupStart, 1<<15, ackWait))
+	if err != nil {
+		return fmt.Errorf("replay-buffer group-start consumer: %w", err)
+	}
+
 	msgs := make(chan jetstream.Msg, 256)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
@@ -237,6 +248,17 @@ func (b *Buffer) Run(ctx context.Context) error {
 		return fmt.Errorf("replay-buffer consume: %w", err)
 	}
 	defer cc.Stop()
+	startMsgs := make(chan jetstream.Msg, 64)
+	sc, err := starts.Consume(func(m jetstream.Msg) {
+		select {
+		case startMsgs <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(256))
+	if err != nil {
+		return fmt.Errorf("replay-buffer consume group starts: %w", err)
+	}
+	defer sc.Stop()
 
 	b.running.Store(true)
 	defer b.running.Store(false)
@@ -251,6 +273,8 @@ func (b *Buffer) Run(ctx context.Context) error {
 			return nil
 		case m := <-msgs:
 			b.receive(ctx, js, m, log)
+		case m := <-startMsgs:
+			b.receiveStart(ctx, js, m, log)
 		case now := <-tick.C:
 			b.timeout(now, log)
 			if now.Sub(lastKeep) >= ackWait/3 {
@@ -313,16 +337,54 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	}
 }
 
-// keepAlive extends the ack deadline of every episode held.
-func (b *Buffer) keepAlive() {
-	for _, g := range b.groups {
-		for _, m := range g.members {
-			_ = m.msg.InProgress()
-		}
+// receiveStart takes a group's start marker: a group not seen yet is opened (its timeout counts from now),
+// so if its members never arrive it still times out and its admissions are refunded.
+func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
+	var gs proto.GroupStart
+	err := codec.Unmarshal(m.Data(), &gs)
+	if err == nil {
+		err = gs.Validate()
 	}
-	for _, g := range b.ready {
-		for _, m := range g.members {
-			_ = m.msg.InProgress()
+	if err != nil {
+		b.count(func(s *Stats) { s.DeadLettered++ })
+		b.dropped.WithLabelValues("malformed").Inc()
+		log.Error().Err(err).Str("subject", m.Subject()).Msg("group start refused; dead-lettered")
+		if err := bus.DeadLetter(ctx, js, "replay-buffer", m, err); err != nil {
+			log.Error().Err(err).Msg("dead-letter failed; message will be redelivered")
+		}
+		return
+	}
+	if _, done := b.released[gs.GroupID]; done {
+		_ = m.Ack() // the group was settled before its marker was read
+		return
+	}
+	g := b.groups[gs.GroupID]
+	if g == nil {
+		b.count(func(s *Stats) { s.GroupStarts++ })
+		g = &group{id: gs.GroupID, task: gs.Task, size: gs.GroupSize, members: map[string]member{}, firstSeen: time.Now(), marker: m}
+		b.groups[gs.GroupID] = g
+		return
+	}
+	if g.marker != nil && !sameStreamMessage(g.marker, m) {
+		_ = m.Ack() // a second marker of one group adds nothing
+		return
+	}
+	if g.marker == nil {
+		b.count(func(s *Stats) { s.GroupStarts++ })
+	}
+	g.marker = m // the newest delivery is the one the server expects acked
+}
+
+// keepAlive extends the ack deadline of every episode and marker held.
+func (b *Buffer) keepAlive() {
+	for _, gs := range [][]*group{slices.Collect(maps.Values(b.groups)), b.ready} {
+		for _, g := range gs {
+			for _, m := range g.members {
+				_ = m.msg.InProgress()
+			}
+			if g.marker != nil {
+				_ = g.marker.InProgress()
+			}
 		}
 	}
 }
@@ -410,6 +472,9 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		b.dropped.WithLabelValues("small-group").Add(float64(small))
 		for _, m := range t.g.members {
 			_ = m.msg.Ack()
+		}
+		if t.g.marker != nil {
+			_ = t.g.marker.Ack()
 		}
 		b.remember(t.g.id)
 	}

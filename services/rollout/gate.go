@@ -9,13 +9,25 @@ import (
 
 // StalenessGate admits training episodes under AReaL's bound, across every rollout replica: with batch
 // size B, trainer version v and bound eta, at most (eta + v + 1)·B episodes may have started in total
-// (less those refunded because they will never reach the trainer).
+// (less those refunded because they will never reach the trainer). Batches hold between B and 2B
+// episodes, so the trainer can consume more than v·B by version v; counting only versions, every large
+// batch would take room from the gate for good. When the version record says how many admitted episodes
+// the trainer has consumed (C), the bound is therefore C + (eta + 1)·B when that is larger: at most
+// (eta + 1) batches' worth in flight, whatever the batch sizes were.
 type StalenessGate struct {
 	counter   *admission.Counter
 	batchSize int64
 	eta       int64
 	version   func() int64
+	consumed  func() int64
 	changed   func() <-chan struct{}
+}
+
+// WithConsumed gives the gate the trainer's consumed-episode count of the current version
+// (WeightsPool.Consumed).
+func (g *StalenessGate) WithConsumed(consumed func() int64) *StalenessGate {
+	g.consumed = consumed
+	return g
 }
 
 // WakeOnVersion makes a waiting Admit try again as soon as changed's channel closes (WeightsPool.Changed:
@@ -31,8 +43,11 @@ func NewStalenessGate(counter *admission.Counter, batchSize, eta int, version fu
 	return &StalenessGate{counter: counter, batchSize: int64(batchSize), eta: int64(eta), version: version}
 }
 
-// Limit is the most episodes that may have started at trainer version v.
-func (g *StalenessGate) Limit(v int64) int64 { return (g.eta + v + 1) * g.batchSize }
+// Limit is the most episodes that may have started (less refunds) at trainer version v, when the
+// trainer had consumed consumed admitted episodes by then.
+func (g *StalenessGate) Limit(v, consumed int64) int64 {
+	return max((g.eta+v+1)*g.batchSize, consumed+(g.eta+1)*g.batchSize)
+}
 
 // Admit blocks until n more episodes may start, claims them, and returns the trainer version they were
 // admitted under.
@@ -44,7 +59,11 @@ func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 			changed = g.changed()
 		}
 		if v := g.version(); v >= 0 {
-			ok, err := g.counter.TryClaim(ctx, n, g.Limit(v))
+			var consumed int64
+			if g.consumed != nil {
+				consumed = g.consumed()
+			}
+			ok, err := g.counter.TryClaim(ctx, n, g.Limit(v, consumed))
 			if err != nil {
 				return 0, err
 			}

@@ -13,21 +13,55 @@ import (
 
 func TestGateLimit(t *testing.T) {
 	tests := []struct {
-		givenBatch, givenEta int
-		givenVersion         int64
-		expectedLimit        int64
+		givenBatch, givenEta        int
+		givenVersion, givenConsumed int64
+		expectedLimit               int64
 	}{
-		{8, 0, 0, 8},  // synchronous: one batch ahead of version 0
-		{8, 0, 1, 16}, // each version lets one more batch start
-		{8, 2, 0, 24}, // eta 2: three batches may be in flight at version 0
-		{64, 4, 10, 960},
-		{256, 1, 3, 1280},
+		{8, 0, 0, 0, 8},  // synchronous: one batch ahead of version 0
+		{8, 0, 1, 0, 16}, // each version lets one more batch start
+		{8, 2, 0, 0, 24}, // eta 2: three batches may be in flight at version 0
+		{64, 4, 10, 0, 960},
+		{256, 1, 3, 0, 1280},
+		{8, 0, 1, 8, 16},  // batches of exactly B: the same bound either way
+		{8, 0, 2, 28, 36}, // batches of 16 and 12: one batch's worth beyond what the trainer took
+		{256, 2, 10, 5000, 5768},
+		{8, 1, 3, 20, 40}, // fewer consumed than 3·B (group dups dropped): the version bound holds
 	}
 	for _, tc := range tests {
 		g := rollout.NewStalenessGate(nil, tc.givenBatch, tc.givenEta, func() int64 { return tc.givenVersion })
-		if got := g.Limit(tc.givenVersion); got != tc.expectedLimit {
-			t.Errorf("Limit(B=%d, eta=%d, v=%d) = %d, want %d", tc.givenBatch, tc.givenEta, tc.givenVersion, got, tc.expectedLimit)
+		if got := g.Limit(tc.givenVersion, tc.givenConsumed); got != tc.expectedLimit {
+			t.Errorf("Limit(B=%d, eta=%d, v=%d, consumed=%d) = %d, want %d", tc.givenBatch, tc.givenEta, tc.givenVersion, tc.givenConsumed, got, tc.expectedLimit)
 		}
+	}
+}
+
+// A trainer that took a batch of 2B at version 1 leaves the gate room for a whole batch more, where the
+// version bound alone would keep it shut until a batch that cannot fill.
+func TestGateCountsConsumedEpisodes(t *testing.T) {
+	m := newMesh(t)
+	ctx := testCtx(t)
+	var consumed atomic.Int64
+	g := rollout.NewStalenessGate(m.counter(t), 8, 0, func() int64 { return 1 }).WithConsumed(consumed.Load)
+	for range 2 {
+		if _, err := g.Admit(ctx, 8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 16 started at version 1: the version bound (16) is full.
+	blocked := admitAsync(ctx, g, 8)
+	select {
+	case v := <-blocked:
+		t.Fatalf("admitted at version %d with 16 started and nothing consumed", v)
+	case <-time.After(200 * time.Millisecond):
+	}
+	consumed.Store(16) // the trainer's batch at version 1 held both groups
+	select {
+	case v := <-blocked:
+		if v != 1 {
+			t.Fatalf("admitted under version %d, want 1", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still blocked after the trainer consumed 16 episodes")
 	}
 }
 

@@ -160,6 +160,7 @@ type Rollout struct {
 
 	published, infra, breakerChanges *prometheus.CounterVec
 	turns, unpublished, loadRetries  prometheus.Counter
+	startsUnannounced                prometheus.Counter
 	gateWait                         prometheus.Histogram
 	version                          prometheus.Gauge
 	stats                            struct {
@@ -183,11 +184,12 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	r.unpublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_episodes_unpublished_total", Help: "Episodes that could not be published before shutdown."})
 	r.breakerChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_breaker_changes_total", Help: "Env host circuit breaker state changes, by new state."}, []string{"to"})
 	r.loadRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_weights_load_retries_total", Help: "Failed attempts to load a published version's weights (retried)."})
+	r.startsUnannounced = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_group_starts_unannounced_total", Help: "Groups whose start marker could not be published (they still play and publish)."})
 	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
 	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version} {
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("rollout metrics: %w", err)
 			}
@@ -279,7 +281,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 			log.Warn().Str("host", host).Str("from", from.String()).Str("to", to.String()).Msg("env host breaker")
 		},
 	}})
-	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version).WakeOnVersion(r.pool.Changed)
+	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version).WithConsumed(r.pool.Consumed).WakeOnVersion(r.pool.Changed)
 
 	// Episodes run on a context that outlives ctx by DrainTimeout, so shutdown drains instead of dropping.
 	playCtx, stopPlay := context.WithCancel(context.WithoutCancel(ctx))
@@ -314,6 +316,8 @@ func (r *Rollout) Run(ctx context.Context) error {
 		task := schedule.Next()
 		groupID := nuid.Next()
 		seed := rng.Uint64()
+		r.announce(ctx, js, proto.GroupStart{Schema: proto.SchemaVersion, GroupID: groupID, Task: task, GroupSize: r.cfg.GroupSize,
+			StartVersion: v, RolloutID: r.cfg.ID, StartedAt: time.Now().UnixNano()}, log)
 		outcome := &groupOutcome{task: task, left: r.cfg.GroupSize, schedule: schedule}
 		for k := 0; k < r.cfg.GroupSize; k++ {
 			spec := EpisodeSpec{
@@ -400,6 +404,29 @@ func (r *Rollout) publish(ctx context.Context, js jetstream.JetStream, ep proto.
 	r.turns.Add(float64(len(ep.Turns)))
 	r.published.WithLabelValues(ep.Task, status).Inc()
 	log.Debug().Str("episode", ep.ID).Str("task", ep.Task).Str("status", status).Float64("reward", ep.Reward).Int("turns", len(ep.Turns)).Msg("episode published")
+}
+
+// announce publishes a group's start marker, so that the replay-buffer accounts for the group's admissions
+// even if this replica dies before publishing its episodes. The marker is insurance, not a condition: when
+// NATS refuses it a few times the group plays anyway (counted and logged).
+func (r *Rollout) announce(ctx context.Context, js jetstream.JetStream, start proto.GroupStart, log zerolog.Logger) {
+	data, err := codec.Marshal(start, 0)
+	for attempt := 0; err == nil && attempt < 3; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, perr := bus.PublishOnce(pctx, js, proto.SubjectGroupStart, "start-"+start.GroupID, data)
+		cancel()
+		if perr == nil {
+			return
+		}
+		if attempt == 2 {
+			err = perr
+		}
+	}
+	r.startsUnannounced.Inc()
+	log.Warn().Err(err).Str("group", start.GroupID).Msg("group start marker not published; the group plays on")
 }
 
 // groupOutcome collects the outcomes of one group's episodes and, when the last is in, tells the schedule

@@ -58,6 +58,9 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 	if a := m.admitted(t); a.Started != 8 {
 		t.Fatalf("admission counter started %d, want 8", a.Started)
 	}
+	if n := m.msgs(t, proto.StreamGroups); n != 2 {
+		t.Fatalf("%d group start markers for two admitted groups of 4, want 2", n)
+	}
 	m.publishModel(t, newModel(t, 2), 1, "")
 	eventually(t, 20*time.Second, "16 episodes after version 1", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 16 })
 	time.Sleep(300 * time.Millisecond)

@@ -24,6 +24,8 @@ import (
 type versioned struct {
 	model   *policy.Model
 	version int64
+	// consumed is the version record's EpisodesConsumed (0 when not known).
+	consumed int64
 }
 
 // WeightsPool is the built-in Actor: the current policy plus a stale copy of it (cross-policy sampling),
@@ -56,7 +58,17 @@ func NewWeightsPool(staleEvery int64, staleProb float64, greedy bool, seed uint6
 
 // Set installs a model as the current policy, refreshing the stale copy when its period comes round.
 func (p *WeightsPool) Set(m *policy.Model, version int64) {
-	v := &versioned{model: m, version: version}
+	p.install(&versioned{model: m, version: version})
+}
+
+// SetRecord installs a model loaded from its version record, keeping the record's count of episodes the
+// trainer had consumed (the staleness gate's base).
+func (p *WeightsPool) SetRecord(m *policy.Model, rec proto.PolicyVersion) {
+	p.install(&versioned{model: m, version: rec.Version, consumed: rec.EpisodesConsumed})
+}
+
+func (p *WeightsPool) install(v *versioned) {
+	version := v.version
 	p.current.Store(v)
 	if s := p.stale.Load(); s == nil || p.staleEvery <= 0 || version/p.staleEvery > s.version/p.staleEvery {
 		p.stale.Store(v)
@@ -100,6 +112,15 @@ func (p *WeightsPool) Version() int64 {
 		return v.version
 	}
 	return -1
+}
+
+// Consumed is the number of admitted episodes the trainer had consumed at the current version (0 before
+// the first load, or when the record does not say).
+func (p *WeightsPool) Consumed() int64 {
+	if v := p.current.Load(); v != nil {
+		return v.consumed
+	}
+	return 0
 }
 
 // Act samples (or, in greedy mode, takes the best) candidate under a policy drawn from the pool.
@@ -371,7 +392,7 @@ func (s *WeightsSource) Watch(ctx context.Context, js jetstream.JetStream, pool 
 				continue
 			}
 			backoff, failures = 0, 0
-			pool.Set(m, rec.Version)
+			pool.SetRecord(m, *rec)
 			if onLoad != nil {
 				onLoad(rec.Version)
 			}

@@ -320,7 +320,8 @@ func (t *Trainer) publishVersion(ctx context.Context, st stores, force bool) err
 			}
 		}
 	}
-	rec := proto.PolicyVersion{Version: t.cp.Version, EpisodesTrained: t.cp.EpisodesTrained, BatchID: t.cp.LastBatchID}
+	rec := proto.PolicyVersion{Version: t.cp.Version, EpisodesTrained: t.cp.EpisodesTrained,
+		EpisodesConsumed: t.cp.EpisodesTrained + t.cp.StaleDropped, BatchID: t.cp.LastBatchID}
 	if _, err := PublishWeights(ctx, st.weights, st.kv, rec, t.cp.Model); err != nil {
 		return err
 	}

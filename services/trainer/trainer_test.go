@@ -316,6 +316,9 @@ func TestApplyRedeliverResume(t *testing.T) {
 	if rec2.SHA256 != rec1.SHA256 {
 		t.Fatal("a batch of only stale episodes changed the weights")
 	}
+	if rec2.EpisodesTrained != 2 || rec2.EpisodesConsumed != 4 {
+		t.Fatalf("version record %+v: want 2 trained and 4 consumed (trained + stale), the staleness gate's base", rec2)
+	}
 
 	// A mixed batch: a fresh group trains; a stale episode and a repeat of an already trained group do not.
 	v2 := m.model(t)
@@ -327,6 +330,9 @@ func TestApplyRedeliverResume(t *testing.T) {
 	s = r2.tr.Stats()
 	if s.EpisodesTrained != 4 || s.StaleDropped != 3 || s.DupEpisodes != 1 || s.MaxStaleness != 0 {
 		t.Fatalf("stats after the mixed batch = %+v, want 4 trained, 3 stale, 1 duplicate episode", s)
+	}
+	if rec3, _ := m.current(t); rec3.EpisodesConsumed != 7 {
+		t.Fatalf("version record consumed %d, want 7 (4 trained + 3 stale; the repeat was counted when first trained)", rec3.EpisodesConsumed)
 	}
 	// The staleness histogram survives the restart (it is in the checkpoint); busy time is this process's.
 	if !slices.Equal(s.Staleness, []int64{4}) || len(s.TurnStaleness) != 1 || s.TurnStaleness[0] < 2 {
