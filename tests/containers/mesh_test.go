@@ -59,6 +59,7 @@ const (
 	batchSize = 64
 	eta       = 2
 	minGroup  = 2 // the replay-buffer's default: GRPO needs two usable members to compare
+	groupSize = 8 // the rollouts' default G
 	// rolloutConcurrency is the rollouts' default: the most episodes one replica has in flight.
 	rolloutConcurrency = 64
 	// groupTimeout releases a group missing members (its rollout was killed); shorter than the default 2m
