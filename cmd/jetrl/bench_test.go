@@ -1,8 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -114,5 +125,242 @@ func TestBenchFlagsValidate(t *testing.T) {
 	badScale := &benchScaleCmd{Replicas: []int{0}, Tasks: []string{"db"}, Episodes: 1, GroupSize: 8, BatchSize: 64, Concurrency: 8, Epochs: 1, EnvHosts: 1}
 	if err := badScale.Validate(); err == nil {
 		t.Fatal("bad scale flags accepted")
+	}
+	badMemory := &benchMemoryCmd{Minutes: 0, Warmup: -time.Second, SampleEvery: time.Millisecond, Tasks: []string{"nope"}, LogLevel: "loud", StopTimeout: time.Second}
+	if err := badMemory.Validate(); err == nil {
+		t.Fatal("bad memory flags accepted")
+	}
+}
+
+var (
+	serviceBinOnce sync.Once
+	serviceBinDir  string
+	serviceBinErr  error
+)
+
+// benchServiceBinaries is a folder holding the five service binaries: $JETRL_BIN (make test-e2e builds them
+// there), or a fresh build of them, once per test binary.
+func benchServiceBinaries(t *testing.T) string {
+	t.Helper()
+	serviceBinOnce.Do(func() {
+		if d := os.Getenv("JETRL_BIN"); d != "" {
+			serviceBinDir = d
+			return
+		}
+		dir, err := os.MkdirTemp("", "jetrl-bench-bin-")
+		if err != nil {
+			serviceBinErr = err
+			return
+		}
+		serviceBinDir = dir
+		args := []string{"build", "-o", dir + string(filepath.Separator)}
+		for _, s := range memServices {
+			args = append(args, "github.com/jetrl/jetrl/services/"+s+"/cmd/jetrl-"+s)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			serviceBinErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if serviceBinErr != nil {
+		t.Fatal(serviceBinErr)
+	}
+	return serviceBinDir
+}
+
+// TestMain removes the service binaries the memory tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if serviceBinDir != "" && os.Getenv("JETRL_BIN") == "" {
+		os.RemoveAll(serviceBinDir)
+	}
+	os.Exit(code)
+}
+
+// benchChildren lists this process's child processes whose command starts with prefix.
+func benchChildren(t *testing.T, prefix string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		fields := strings.Fields(string(b[end+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) && strings.HasPrefix(string(b[open+1:end]), prefix) {
+			out = append(out, fmt.Sprintf("%s %s (%s)", e.Name(), b[open+1:end], fields[0]))
+		}
+	}
+	return out
+}
+
+// benchGoroutinesBack waits until no more goroutines run than before (a leak fails the test).
+func benchGoroutinesBack(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before the run:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A short memory run with the services as processes: the JSON has every service with a positive RSS at
+// start, end and max, and the run trained episodes. No timing or growth is asserted.
+func TestBenchMemorySmoke(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bench memory reads /proc")
+	}
+	out := t.TempDir()
+	c := &benchMemoryCmd{
+		Minutes: 0.25, Warmup: 5 * time.Second, SampleEvery: 2 * time.Second, Tasks: []string{"alfworld", "db", "kg", "os", "webshop"},
+		Seed: 1, Bin: benchServiceBinaries(t), Out: out, JSON: true, LogLevel: "info", StopTimeout: 30 * time.Second,
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := c.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := benchChildren(t, "jetrl-"); len(left) > 0 {
+		t.Errorf("service processes still there after the run: %v", left)
+	}
+	benchGoroutinesBack(t, goroutines)
+	obj := benchJSON(t, res)
+	b, _ := json.MarshalIndent(res, "", "  ")
+	t.Logf("bench memory --json:\n%s", b)
+	services, ok := obj["services"].(map[string]any)
+	if !ok {
+		t.Fatalf("services = %v, want an object keyed by service", obj["services"])
+	}
+	for _, name := range []string{"env", "rollout", "replay-buffer", "advantage-normalizer", "trainer"} {
+		s, ok := services[name].(map[string]any)
+		if !ok {
+			t.Errorf("services has no %q: %v", name, services)
+			continue
+		}
+		for _, k := range []string{"rss_start_mb", "rss_end_mb", "rss_max_mb"} {
+			benchWantPositive(t, s, k)
+		}
+		for _, k := range []string{"growth_pct", "slope_mb_per_10min"} {
+			if _, ok := s[k].(float64); !ok {
+				t.Errorf("%s: %s = %v, want a number", name, k, s[k])
+			}
+		}
+	}
+	benchWantPositive(t, obj, "minutes")
+	benchWantPositive(t, obj, "episodes_trained")
+	if _, ok := obj["max_growth_pct"].(float64); !ok {
+		t.Errorf("max_growth_pct = %v, want a number", obj["max_growth_pct"])
+	}
+	for _, f := range []string{"samples.csv", "trainer.log"} {
+		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("--out %s: %v", f, err)
+		}
+	}
+	var written struct {
+		Services map[string]any `json:"services"`
+		Samples  []memSample    `json:"samples"`
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "memory.json")); err != nil || json.Unmarshal(b, &written) != nil ||
+		len(written.Services) != 5 || len(written.Samples) < res.WindowSamples {
+		t.Errorf("--out memory.json: %v; want the result and every sample", err)
+	}
+}
+
+// Cancelling a memory run (Ctrl-C) stops every service process it started and leaves no goroutine behind.
+func TestBenchMemoryCancelStopsProcesses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bench memory reads /proc")
+	}
+	c := &benchMemoryCmd{
+		Minutes: 30, Warmup: 10 * time.Minute, SampleEvery: time.Second, Tasks: []string{"db"},
+		Seed: 1, Bin: benchServiceBinaries(t), JSON: true, LogLevel: "info", StopTimeout: 30 * time.Second,
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	res, err := c.run(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || res != nil {
+		t.Fatalf("run stopped with %v (result %v), want the context's error and no result", err, res)
+	}
+	if left := benchChildren(t, "jetrl-"); len(left) > 0 {
+		t.Errorf("service processes still there after a cancelled run: %v", left)
+	}
+	benchGoroutinesBack(t, goroutines)
+}
+
+func TestBenchMemorySchedule(t *testing.T) {
+	offsets, start := memSchedule(5*time.Second, 15*time.Second, 2*time.Second)
+	want := []time.Duration{0, 2, 4, 5, 7, 9, 11, 13, 15, 17, 19, 20}
+	if len(offsets) != len(want) || start != 3 {
+		t.Fatalf("offsets %v start %d, want %v start 3", offsets, start, want)
+	}
+	for i := range want {
+		if offsets[i] != want[i]*time.Second {
+			t.Fatalf("offsets %v, want %v s", offsets, want)
+		}
+	}
+	if offsets, start := memSchedule(0, time.Second, time.Minute); len(offsets) != 2 || start != 0 || offsets[1] != time.Second {
+		t.Fatalf("no warm-up, window shorter than the period: offsets %v start %d, want [0 1s] start 0", offsets, start)
+	}
+}
+
+// The summary takes start, end and max over the window only, and the slope is the least-squares fit.
+func TestBenchMemorySummary(t *testing.T) {
+	var samples []memSample
+	for i, rss := range []float64{500, 100, 102, 101, 104, 103, 106} { // the first is warm-up
+		samples = append(samples, memSample{Seconds: 60 * float64(i), RSSMB: map[string]float64{"env": rss, "trainer": 200}, EpisodesTrained: int64(10 * i), Version: int64(i)})
+	}
+	res := memSummarize(samples, 1, map[string]int{"env": 7})
+	env := res.Services["env"]
+	if env.RSSStartMB != 100 || env.RSSEndMB != 106 || env.RSSMaxMB != 106 || math.Abs(env.GrowthPct-6) > 1e-9 {
+		t.Errorf("env %+v: want start 100, end 106, max 106, growth 6%%", env)
+	}
+	// xs 0..5 min, ys 100 102 101 104 103 106: Sxy = 18, Sxx = 17.5, so 18/17.5 MB per minute.
+	if want := 10 * 18 / 17.5; math.Abs(env.SlopeMBPer10Min-want) > 1e-9 {
+		t.Errorf("slope %v MB/10 min, want %v", env.SlopeMBPer10Min, want)
+	}
+	if res.MaxGrowthService != "env" || res.Minutes != 5 || res.EpisodesInWindow != 50 || res.VersionStart != 1 || res.VersionEnd != 6 {
+		t.Errorf("result %+v", res)
+	}
+	if tr := res.Services["trainer"]; tr.GrowthPct != 0 || tr.SlopeMBPer10Min != 0 {
+		t.Errorf("flat trainer %+v: want no growth and slope 0", tr)
+	}
+}
+
+func TestBenchMemoryParse(t *testing.T) {
+	mb, err := memParseVmRSS([]byte("Name:\tjetrl-env\nVmPeak:\t 1000 kB\nVmRSS:\t   51200 kB\nRssAnon:\t 1 kB\n"))
+	if err != nil || mb != 50 {
+		t.Fatalf("VmRSS: %v MB, %v; want 50 MB", mb, err)
+	}
+	if _, err := memParseVmRSS([]byte("Name:\tx\n")); err == nil {
+		t.Fatal("status without VmRSS accepted")
+	}
+	heap, err := memParseHeapInuse(strings.NewReader("# HELP go_memstats_heap_inuse_bytes x\n# TYPE go_memstats_heap_inuse_bytes gauge\ngo_memstats_heap_inuse_bytes 4.194304e+06\n"))
+	if err != nil || heap != 4 {
+		t.Fatalf("heap in use: %v MB, %v; want 4 MB", heap, err)
 	}
 }

@@ -20,7 +20,7 @@ type cli struct {
 	Status statusCmd `cmd:"" help:"Print the counters of every service replica of a running mesh."`
 	Config configCmd `cmd:"" help:"Write (set) or print (show) the run config in KV that every service process takes its settings from."`
 	Report reportCmd `cmd:"" help:"Train the full method, its ablations and each family alone over several seeds; write a markdown table and learning curves."`
-	Bench  benchCmd  `cmd:"" help:"Performance benchmarks: async-vs-sync, mesh, scale, weights."`
+	Bench  benchCmd  `cmd:"" help:"Performance benchmarks: async-vs-sync, memory, mesh, scale, weights."`
 }
 
 func main() {
