@@ -42,6 +42,7 @@ type benchAsyncCmd struct {
 	BatchSize     int           `name:"batch-size" default:"256" help:"Batch size B in episodes (every batch holds exactly B)."`
 	Concurrency   int           `name:"concurrency" default:"0" help:"Most episodes played at once, in both modes (0: the batch size B; synchronous never plays more than B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
+	MaxQueued     int           `name:"max-queued" default:"2" help:"Most batches released and not yet applied, in both modes (negative: no bound)."`
 	Epochs        int           `name:"epochs" default:"6" help:"PPO epochs per batch: the trainer's work per batch, in both modes."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"decoupled" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled equals none on fresh data)."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
@@ -139,7 +140,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg.Loss.Correction = c.Correction
 	return trialConfig{
 		Mesh: mesh.Config{
-			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, Eta: eta,
+			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Eta: eta,
 			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 			Rollout: rollout.Config{Concurrency: c.concurrency()},
 		},

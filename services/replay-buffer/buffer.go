@@ -4,6 +4,7 @@
 package replaybuffer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,6 +33,9 @@ const (
 	DefaultEta          = 2
 	DefaultGroupTimeout = 2 * time.Minute
 	DefaultMinGroup     = 2
+	DefaultMaxQueued    = 2
+	// queueRecheck is how soon a release held back by MaxQueued looks at the queue again.
+	queueRecheck = 5 * time.Millisecond
 	// ackWait is short so that a restarted buffer gets a crashed one's episodes back soon; the episodes it
 	// holds are kept with in-progress acks every ackWait/3.
 	ackWait = 30 * time.Second
@@ -53,6 +57,11 @@ type Config struct {
 	GroupTimeout time.Duration
 	// MinGroup is the fewest usable members a group needs to train (GRPO needs two to compare).
 	MinGroup int
+	// MaxQueued bounds the batches released and not yet applied by the trainer (waiting at the
+	// advantage-normalizer or the trainer, or being trained): the next batch is composed only when it can
+	// go straight to the trainer, from the groups ready then, oldest admissions first, so fewer episodes
+	// go stale waiting in a queue (default 2: one being trained, one waiting; negative: no bound).
+	MaxQueued int
 }
 
 // SetDefaults fills unset fields.
@@ -71,6 +80,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MinGroup == 0 {
 		c.MinGroup = DefaultMinGroup
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = DefaultMaxQueued
 	}
 }
 
@@ -108,10 +120,12 @@ type member struct {
 }
 
 type group struct {
-	id, task  string
-	size      int
-	members   map[string]member
-	firstSeen time.Time
+	id, task string
+	size     int
+	// startVersion is the version the group was admitted under (its members' StartVersion).
+	startVersion int64
+	members      map[string]member
+	firstSeen    time.Time
 	// marker is the group's start marker (StreamGroups), held unacked until the group is settled, so a
 	// restarted buffer still times out a group whose rollout died before publishing any member.
 	marker jetstream.Msg
@@ -133,6 +147,12 @@ type Buffer struct {
 	checkedAt    int64
 	released     map[string]struct{}
 	order        []string // released group ids, oldest first, to bound released
+	// held says the last release was held back because MaxQueued batches were queued; the run loop
+	// calls release again after queueRecheck.
+	held bool
+	// queueCons are the advantage-normalizer's and the trainer's consumers, whose pending batches are the
+	// queue MaxQueued bounds.
+	queueCons [2]jetstream.Consumer
 
 	mu    sync.Mutex
 	stats Stats
@@ -262,10 +282,11 @@ func (b *Buffer) Run(ctx context.Context) error {
 
 	b.running.Store(true)
 	defer b.running.Store(false)
-	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Msg("replay-buffer started")
+	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Int("max_queued", b.cfg.MaxQueued).Msg("replay-buffer started")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastKeep := time.Now()
+	var recheck <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,6 +296,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 			b.receive(ctx, js, m, log)
 		case m := <-startMsgs:
 			b.receiveStart(ctx, js, m, log)
+		case <-recheck:
 		case now := <-tick.C:
 			b.timeout(now, log)
 			if now.Sub(lastKeep) >= ackWait/3 {
@@ -284,6 +306,11 @@ func (b *Buffer) Run(ctx context.Context) error {
 		}
 		if err := b.release(ctx, js, counter, log); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("release batch")
+		}
+		recheck = nil
+		if b.held {
+			b.readyChanged = true // look again even if nothing arrives
+			recheck = time.After(queueRecheck)
 		}
 		b.pending.Set(float64(len(b.groups) + len(b.ready)))
 	}
@@ -314,7 +341,7 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	}
 	g := b.groups[ep.GroupID]
 	if g == nil {
-		g = &group{id: ep.GroupID, task: ep.Task, size: ep.GroupSize, members: map[string]member{}, firstSeen: time.Now()}
+		g = &group{id: ep.GroupID, task: ep.Task, size: ep.GroupSize, startVersion: ep.StartVersion, members: map[string]member{}, firstSeen: time.Now()}
 		b.groups[ep.GroupID] = g
 	}
 	if held, dup := g.members[ep.ID]; dup {
@@ -361,7 +388,7 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 	g := b.groups[gs.GroupID]
 	if g == nil {
 		b.count(func(s *Stats) { s.GroupStarts++ })
-		g = &group{id: gs.GroupID, task: gs.Task, size: gs.GroupSize, members: map[string]member{}, firstSeen: time.Now(), marker: m}
+		g = &group{id: gs.GroupID, task: gs.Task, size: gs.GroupSize, startVersion: gs.StartVersion, members: map[string]member{}, firstSeen: time.Now(), marker: m}
 		b.groups[gs.GroupID] = g
 		return
 	}
@@ -422,6 +449,9 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	var take []settled
 	var keep []*group
 	usable := 0
+	b.held = false
+	// Oldest admissions first: they are the nearest to the staleness bound.
+	slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
 	for _, g := range b.ready {
 		ok, masked, stale := b.split(g, v)
 		if len(ok) < b.cfg.MinGroup {
@@ -437,6 +467,10 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	if usable > 0 && usable < b.cfg.BatchSize {
 		b.readyChanged, b.checkedAt = false, v
 		return nil // not enough yet: keep everything ready, decide again with more groups or a new version
+	}
+	if usable > 0 && b.queueFull(ctx, js, log) {
+		b.held = true
+		return nil // the trainer has enough queued: compose this batch when it can go straight on
 	}
 	var eps []proto.Episode
 	var refund int64
@@ -480,6 +514,38 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	}
 	b.ready = keep
 	return nil
+}
+
+// queueFull reports whether MaxQueued batches are released and not yet applied: pending or unacked at the
+// advantage-normalizer's and the trainer's consumers. When a consumer cannot be read (not created yet, or
+// NATS busy) the queue does not hold the release back.
+func (b *Buffer) queueFull(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) bool {
+	if b.cfg.MaxQueued < 0 {
+		return false
+	}
+	queued := 0
+	for i, c := range []struct{ stream, name string }{{proto.StreamBatches, proto.ConsumerNormalizer}, {proto.StreamTrain, proto.ConsumerTrainer}} {
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		if b.queueCons[i] == nil {
+			cons, err := js.Consumer(qctx, c.stream, c.name)
+			if err != nil {
+				cancel()
+				return false
+			}
+			b.queueCons[i] = cons
+		}
+		info, err := b.queueCons[i].Info(qctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				b.queueCons[i] = nil
+			}
+			log.Debug().Err(err).Str("consumer", c.name).Msg("queue depth unknown; releasing")
+			return false
+		}
+		queued += int(info.NumPending) + info.NumAckPending
+	}
+	return queued >= b.cfg.MaxQueued
 }
 
 // split sorts a group's members into usable ones and counts the masked and the stale.

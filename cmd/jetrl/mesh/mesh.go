@@ -33,16 +33,18 @@ type Config struct {
 	BatchSize   int
 	// MaxBatchSize bounds the replay-buffer's variable batch (0: twice BatchSize).
 	MaxBatchSize int
-	Eta          int
-	EnvHosts     int
-	Rollouts     int
-	StaleProb    float64
-	Trainer      trainer.Config
-	Normalizer   normalizer.Config
-	Rollout      rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
-	Env          env.Config     // template for every host
-	Families     task.Registry  // default: the built-in families
-	Log          zerolog.Logger
+	// MaxQueued bounds the batches released and not yet applied (replaybuffer.Config.MaxQueued; 0: 2).
+	MaxQueued  int
+	Eta        int
+	EnvHosts   int
+	Rollouts   int
+	StaleProb  float64
+	Trainer    trainer.Config
+	Normalizer normalizer.Config
+	Rollout    rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
+	Env        env.Config     // template for every host
+	Families   task.Registry  // default: the built-in families
+	Log        zerolog.Logger
 	// Metrics, if set, receives every service's metrics, labelled with the service replica.
 	Metrics prometheus.Registerer
 }
@@ -146,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if c, err = m.connect(ctx, "replay-buffer"); err != nil {
 		return nil, err
 	}
-	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta},
+	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued},
 		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger(), Metrics: cfg.registerer("replay-buffer")}); err != nil {
 		return nil, err
 	}
