@@ -33,3 +33,34 @@ func main() {
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
+
+// twoSignalContexts returns first, cancelled by the first SIGINT or SIGTERM, and second, cancelled by
+// the next one: a command can wind down gracefully on the first and give up on the second.
+func twoSignalContexts() (first, second context.Context, stop func()) {
+	first, cancelFirst := context.WithCancel(context.Background())
+	second, cancelSecond := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case <-sigs:
+				if n == 0 {
+					cancelFirst()
+					continue
+				}
+				cancelSecond()
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	return first, second, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancelFirst()
+		cancelSecond()
+	}
+}

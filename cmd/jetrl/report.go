@@ -177,12 +177,14 @@ func (c *reportCmd) minutesOf(r reportRun) float64 {
 	return c.Minutes
 }
 
+// done reports whether a run finished before (with Resume): its summary.json exists and it was not cut
+// short by an interrupt.
 func (c *reportCmd) done(r reportRun) bool {
 	if !c.Resume {
 		return false
 	}
-	_, err := os.Stat(filepath.Join(r.dir, runout.SummaryFile))
-	return err == nil
+	run, err := report.ReadRun(r.dir, r.method)
+	return err == nil && !run.Summary.Interrupted
 }
 
 // execute runs one `jetrl up` as a child process (a fresh embedded NATS and mesh each time), its output

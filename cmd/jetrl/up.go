@@ -98,7 +98,9 @@ func (c *upCmd) Validate() error {
 }
 
 func (c *upCmd) Run(g *globals) error {
-	ctx, stop := signalContext()
+	// A first interrupt ends training early: the policy as it is then is evaluated and written, marked
+	// interrupted. A second one gives up at once.
+	interrupt, ctx, stop := twoSignalContexts()
 	defer stop()
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
 		return err
@@ -195,6 +197,9 @@ func (c *upCmd) Run(g *globals) error {
 	if err != nil {
 		return fmt.Errorf("evaluate untrained policy: %w", err)
 	}
+	if interrupt.Err() != nil {
+		return errors.New("interrupted before training started")
+	}
 	metrics, err := runout.OpenMetrics(c.Out)
 	if err != nil {
 		return err
@@ -244,8 +249,8 @@ func (c *upCmd) Run(g *globals) error {
 loop:
 	for {
 		select {
-		case <-ctx.Done():
-			say("\ninterrupted; stopping")
+		case <-interrupt.Done():
+			say("\ninterrupted: stopping training, then evaluating and writing the policy as it is (interrupt again to give up)")
 			break loop
 		case <-deadline.C:
 			break loop
@@ -318,8 +323,9 @@ loop:
 	sum := runout.Summary{
 		Tasks: map[string]runout.TaskSummary{}, EpisodesTrained: tstats.EpisodesTrained, PolicyVersion: tstats.Version,
 		WallSeconds: wall.Seconds(), InfraFailures: infra, Seed: c.Seed,
-		Staleness: runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped},
-		Config:    effectiveSettings(c),
+		Staleness:   runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped},
+		Config:      effectiveSettings(c),
+		Interrupted: interrupt.Err() != nil,
 	}
 	for _, t := range c.Tasks {
 		sum.Tasks[t] = runout.TaskSummary{
@@ -344,6 +350,9 @@ loop:
 	fmt.Print(runout.Table(sum.Tasks))
 	fmt.Printf("trained %d episodes to policy version %d in %s; max staleness %d (eta %d), %d stale episodes dropped\n",
 		sum.EpisodesTrained, sum.PolicyVersion, wall.Round(time.Second), sum.Staleness.MaxObserved, c.Eta, sum.Staleness.DroppedEpisodes)
+	if sum.Interrupted {
+		fmt.Printf("interrupted after %s of %s: the results are those of the policy at that point\n", wall.Round(time.Second), budget)
+	}
 	fmt.Printf("wrote %s, %s, %s, %s\n", filepath.Join(c.Out, runout.SummaryFile), filepath.Join(c.Out, runout.MetricsFile),
 		filepath.Join(c.Out, runout.PlotFile), filepath.Join(c.Out, runout.WeightsFile))
 	m.Stop()

@@ -117,6 +117,8 @@ type Summary struct {
 	InfraFailures   int64                  `json:"infra_failures"`
 	Seed            uint64                 `json:"seed"`
 	Config          map[string]any         `json:"config"`
+	// Interrupted says training was cut short by an interrupt before its budget ran out.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // WriteJSON writes v as indented JSON to dir/name.
