@@ -34,8 +34,11 @@ const (
 	DefaultGroupTimeout = 2 * time.Minute
 	DefaultMinGroup     = 2
 	DefaultMaxQueued    = 2
-	// queueRecheck is how soon a release held back by MaxQueued looks at the queue again.
-	queueRecheck = 5 * time.Millisecond
+	// queueRecheck is how soon a release held back by MaxQueued looks at the queue again, doubling up to
+	// queueRecheckMax while it stays held; a new trainer version (the trainer acks its batch right after
+	// publishing it) starts again from queueRecheck.
+	queueRecheck    = time.Millisecond
+	queueRecheckMax = 50 * time.Millisecond
 	// ackWait is short so that a restarted buffer gets a crashed one's episodes back soon; the episodes it
 	// holds are kept with in-progress acks every ackWait/3.
 	ackWait = 30 * time.Second
@@ -246,8 +249,15 @@ func (b *Buffer) Run(ctx context.Context) error {
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan error, 1)
+	newVersion := make(chan struct{}, 1)
 	go func() {
-		watchDone <- bus.WatchPolicyVersion(watchCtx, js, log, func(rec proto.PolicyVersion) { b.version.Store(rec.Version) })
+		watchDone <- bus.WatchPolicyVersion(watchCtx, js, log, func(rec proto.PolicyVersion) {
+			b.version.Store(rec.Version)
+			select {
+			case newVersion <- struct{}{}:
+			default:
+			}
+		})
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
@@ -287,6 +297,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 	defer tick.Stop()
 	lastKeep := time.Now()
 	var recheck <-chan time.Time
+	backoff := queueRecheck
 	for {
 		select {
 		case <-ctx.Done():
@@ -297,6 +308,8 @@ func (b *Buffer) Run(ctx context.Context) error {
 		case m := <-startMsgs:
 			b.receiveStart(ctx, js, m, log)
 		case <-recheck:
+		case <-newVersion:
+			backoff = queueRecheck
 		case now := <-tick.C:
 			b.timeout(now, log)
 			if now.Sub(lastKeep) >= ackWait/3 {
@@ -310,7 +323,10 @@ func (b *Buffer) Run(ctx context.Context) error {
 		recheck = nil
 		if b.held {
 			b.readyChanged = true // look again even if nothing arrives
-			recheck = time.After(queueRecheck)
+			recheck = time.After(backoff)
+			backoff = min(2*backoff, queueRecheckMax)
+		} else {
+			backoff = queueRecheck
 		}
 		b.pending.Set(float64(len(b.groups) + len(b.ready)))
 	}
