@@ -339,12 +339,7 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 		err = ep.Validate()
 	}
 	if err != nil {
-		b.count(func(s *Stats) { s.DeadLettered++ })
-		b.dropped.WithLabelValues("malformed").Inc()
-		log.Error().Err(err).Str("subject", m.Subject()).Msg("episode refused; dead-lettered")
-		if err := bus.DeadLetter(ctx, js, "replay-buffer", m, err); err != nil {
-			log.Error().Err(err).Msg("dead-letter failed; message will be redelivered")
-		}
+		b.refuse(ctx, js, m, "episode", err, log)
 		return
 	}
 	b.count(func(s *Stats) { s.Received++ })
@@ -380,6 +375,16 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	}
 }
 
+// refuse dead-letters a message that cannot be decoded or validated, counting it.
+func (b *Buffer) refuse(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, what string, err error, log zerolog.Logger) {
+	b.count(func(s *Stats) { s.DeadLettered++ })
+	b.dropped.WithLabelValues("malformed").Inc()
+	log.Error().Err(err).Str("subject", m.Subject()).Msg(what + " refused; dead-lettered")
+	if err := bus.DeadLetter(ctx, js, "replay-buffer", m, err); err != nil {
+		log.Error().Err(err).Msg("dead-letter failed; message will be redelivered")
+	}
+}
+
 // receiveStart takes a group's start marker: a group not seen yet is opened (its timeout counts from now),
 // so if its members never arrive it still times out and its admissions are refunded.
 func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
@@ -389,12 +394,7 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 		err = gs.Validate()
 	}
 	if err != nil {
-		b.count(func(s *Stats) { s.DeadLettered++ })
-		b.dropped.WithLabelValues("malformed").Inc()
-		log.Error().Err(err).Str("subject", m.Subject()).Msg("group start refused; dead-lettered")
-		if err := bus.DeadLetter(ctx, js, "replay-buffer", m, err); err != nil {
-			log.Error().Err(err).Msg("dead-letter failed; message will be redelivered")
-		}
+		b.refuse(ctx, js, m, "group start", err, log)
 		return
 	}
 	if _, done := b.released[gs.GroupID]; done {

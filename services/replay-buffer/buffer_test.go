@@ -192,7 +192,13 @@ func (m *mesh) refunded(t *testing.T) int64 {
 // pending is how many episodes the buffer holds without having acked them.
 func (m *mesh) pending(t *testing.T) int {
 	t.Helper()
-	c, err := m.js.Consumer(testCtx(t), proto.StreamEpisodes, proto.ConsumerReplayBuffer)
+	return m.backlog(t, proto.StreamEpisodes, proto.ConsumerReplayBuffer)
+}
+
+// backlog is how many messages a consumer has not acked (delivered or not).
+func (m *mesh) backlog(t *testing.T, stream, consumer string) int {
+	t.Helper()
+	c, err := m.js.Consumer(testCtx(t), stream, consumer)
 	if err != nil {
 		t.Fatal(err)
 	}

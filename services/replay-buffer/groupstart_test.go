@@ -20,15 +20,7 @@ func (m *mesh) announce(t *testing.T, gs proto.GroupStart) {
 // markersPending is how many group-start markers the buffer holds without having acked them.
 func (m *mesh) markersPending(t *testing.T) int {
 	t.Helper()
-	c, err := m.js.Consumer(testCtx(t), proto.StreamGroups, proto.ConsumerReplayBufferGroups)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.NumAckPending + int(info.NumPending)
+	return m.backlog(t, proto.StreamGroups, proto.ConsumerReplayBufferGroups)
 }
 
 func start(g string, size int) proto.GroupStart {
