@@ -27,7 +27,8 @@ var golden = []struct {
 	{"train_batch.msgpack", &proto.TrainBatch{Schema: proto.SchemaVersion, ID: "b-0123456789abcdef01234567", TrainerVersion: 41,
 		Episodes: []proto.TrainEpisode{{Episode: *sampleEpisode(), Advantages: []float64{0.5, 0.5}}},
 		Tasks:    map[string]proto.TaskStat{"alfworld": {Episodes: 1, Successes: 1, MeanReward: 1, AdvMean: 0.25, AdvStd: 0.5}}}, func() any { return &proto.TrainBatch{} }},
-	{"policy_version.msgpack", &proto.PolicyVersion{Schema: proto.SchemaVersion, Version: 42, Object: "policy-42", Size: 1048612, SHA256: "ab12", EpisodesTrained: 2688, BatchID: "b-0123456789abcdef01234567", PublishedAt: 1764474000000000000}, func() any { return &proto.PolicyVersion{} }},
+	{"policy_version.msgpack", &proto.PolicyVersion{Schema: proto.SchemaVersion, Version: 42, Object: "policy-42", Size: 1048612, SHA256: "ab12", EpisodesTrained: 2688, EpisodesConsumed: 2950, BatchID: "b-0123456789abcdef01234567", PublishedAt: 1764474000000000000}, func() any { return &proto.PolicyVersion{} }},
+	{"group_start.msgpack", &proto.GroupStart{Schema: proto.SchemaVersion, GroupID: "g1", Task: "alfworld", GroupSize: 8, StartVersion: 41, RolloutID: "r1", StartedAt: 1764474000000000000}, func() any { return &proto.GroupStart{} }},
 	{"env_start_request.msgpack", &proto.EnvStartRequest{Schema: proto.SchemaVersion, Task: "alfworld", Split: "heldout", Seed: 7, EpisodeID: "g1-0"}, func() any { return &proto.EnvStartRequest{} }},
 	{"env_step_request.msgpack", &proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h1-1", Call: proto.ToolCall{Name: "take_action", Arguments: `{"action":"go to fridge 1"}`}}, func() any { return &proto.EnvStepRequest{} }},
 	{"env_step_reply.msgpack", &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "You arrive at fridge 1.", Admissible: []proto.ToolCall{{Name: "take_action", Arguments: `{"action":"open fridge 1"}`}}, Status: "running", Turn: 1}, func() any { return &proto.EnvStepReply{} }},
@@ -79,6 +80,48 @@ func TestGoldenFixtures(t *testing.T) {
 			}
 			if v := generic["schema"]; v != int8(proto.SchemaVersion) && v != uint8(proto.SchemaVersion) && v != int64(proto.SchemaVersion) {
 				t.Fatalf("schema field = %#v (%T)", generic["schema"], generic["schema"])
+			}
+		})
+	}
+}
+
+// Fields added within a schema are optional: a record written before episodes_consumed existed still
+// decodes, with the field at zero (the staleness gate then falls back to the version bound).
+func TestPolicyVersionWithoutConsumedDecodes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "policy_version_without_consumed.msgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec proto.PolicyVersion
+	if err := msgpack.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.PolicyVersion{Schema: proto.SchemaVersion, Version: 42, Object: "policy-42", Size: 1048612, SHA256: "ab12", EpisodesTrained: 2688,
+		BatchID: "b-0123456789abcdef01234567", PublishedAt: 1764474000000000000}
+	if rec != want {
+		t.Fatalf("decoded %+v, want %+v", rec, want)
+	}
+}
+
+func TestGroupStartValidate(t *testing.T) {
+	valid := proto.GroupStart{Schema: proto.SchemaVersion, GroupID: "g1", Task: "alfworld", GroupSize: 8}
+	cases := []struct {
+		name     string
+		given    func(*proto.GroupStart)
+		expected error
+	}{
+		{"valid", func(*proto.GroupStart) {}, nil},
+		{"wrong schema", func(g *proto.GroupStart) { g.Schema = 1 }, proto.ErrSchema},
+		{"no group id", func(g *proto.GroupStart) { g.GroupID = "" }, proto.ErrMalformed},
+		{"no group size", func(g *proto.GroupStart) { g.GroupSize = 0 }, proto.ErrMalformed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := valid
+			c.given(&g)
+			err := g.Validate()
+			if (c.expected == nil) != (err == nil) || (c.expected != nil && !errors.Is(err, c.expected)) {
+				t.Fatalf("error %v, expected %v", err, c.expected)
 			}
 		})
 	}
