@@ -398,3 +398,28 @@ func TestConnectIsLive(t *testing.T) {
 		t.Fatal("Connect returned before the connection was up")
 	}
 }
+
+// The file store ceiling is fixed, not 75% of the free disk: the topology and a second episodes-sized
+// stream both reserve their limits, and a stream whose limit exceeds the ceiling is refused by the server.
+func TestEmbeddedMaxStoreIsFixed(t *testing.T) {
+	ctx := testCtx(t)
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir(), MaxStore: 12 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	_, js := connect(t, srv.URL())
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EXTRA", Subjects: []string{"extra.>"}, MaxBytes: proto.StreamMaxBytes}); err != nil {
+		t.Fatalf("a 2 GiB stream beside the topology, under a 12 GiB ceiling: %v", err)
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TOO_BIG", Subjects: []string{"too.>"}, MaxBytes: 12 << 30})
+	if err == nil || !strings.Contains(err.Error(), "insufficient storage") {
+		t.Fatalf("err = %v, want the server to refuse a stream past the ceiling", err)
+	}
+	if _, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir(), MaxStore: -1}); err == nil {
+		t.Fatal("a negative MaxStore was accepted")
+	}
+}

@@ -18,7 +18,16 @@ type EmbeddedConfig struct {
 	Port int
 	// Name of the server.
 	Name string
+	// MaxStore caps what file-backed streams may reserve, in bytes; 0 means DefaultMaxStore. It is a
+	// reservation ceiling, not an allocation: the streams' MaxBytes limits are counted against it when a
+	// stream is created, whatever the disk holds at the time.
+	MaxStore int64
 }
+
+// DefaultMaxStore is the embedded server's file store ceiling: room for the mesh topology's streams and
+// buckets several times over. Left to itself the server takes 75% of the disk free at start, and on a
+// machine with little free disk the topology's stream limits (proto.Streams) would not fit.
+const DefaultMaxStore int64 = 64 << 30
 
 // Embedded is a running in-process NATS server.
 type Embedded struct {
@@ -39,15 +48,23 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.Name == "" {
 		cfg.Name = "jetrl-embedded"
 	}
+	if cfg.MaxStore < 0 {
+		return nil, fmt.Errorf("embedded nats: MaxStore %d is negative", cfg.MaxStore)
+	}
+	if cfg.MaxStore == 0 {
+		cfg.MaxStore = DefaultMaxStore
+	}
 	opts := &server.Options{
 		ServerName: cfg.Name,
 		Host:       cfg.Host,
 		Port:       cfg.Port,
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
-		MaxPayload: proto.ServerMaxPayload,
-		NoSigs:     true,
-		NoLog:      true,
+		// The memory store stays dynamic (75% of RAM); only the file store's ceiling is fixed.
+		JetStreamMaxStore: cfg.MaxStore,
+		MaxPayload:        proto.ServerMaxPayload,
+		NoSigs:            true,
+		NoLog:             true,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
