@@ -111,6 +111,10 @@ const (
 	StreamMaxAge       = 24 * time.Hour
 	StreamMaxBytes     = 2 << 30
 	WeightsHistory     = 8 // versions kept in BucketWeights before the oldest are deleted
+	// MaxUnackedEpisodes is the replay-buffer's episodes consumer MaxAckPending: no more episodes than
+	// this can come back to a restarted buffer, which bounds what the buffer and the trainer must remember
+	// of released and applied groups to recognise a repeat.
+	MaxUnackedEpisodes = 1 << 15
 )
 
 // StreamSpec is one JetStream stream of the mesh.

@@ -42,8 +42,9 @@ const (
 	// ackWait is short so that a restarted buffer gets a crashed one's episodes back soon; the episodes it
 	// holds are kept with in-progress acks every ackWait/3.
 	ackWait = 30 * time.Second
-	// maxRemembered bounds the ids of released groups kept to recognise late and repeated episodes.
-	maxRemembered = 1 << 17
+	// maxRemembered bounds the ids of released groups kept to recognise late and repeated episodes: as
+	// many as there can be unacked episodes (one group each, at most).
+	maxRemembered = proto.MaxUnackedEpisodes
 )
 
 // Config of the replay-buffer.
@@ -237,7 +238,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 		return err
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
-		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, 1<<15, ackWait))
+		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, proto.MaxUnackedEpisodes, ackWait))
 	if err != nil {
 		return fmt.Errorf("replay-buffer consumer: %w", err)
 	}

@@ -28,8 +28,10 @@ import (
 // a long step keeps its batch with in-progress acks (see keepAlive).
 const ackWait = 10 * time.Second
 
-// maxGroupsRemembered bounds the applied group ids a checkpoint keeps to refuse a group twice.
-const maxGroupsRemembered = 1 << 16
+// maxGroupsRemembered bounds the applied group ids a checkpoint keeps to refuse a group twice. A group
+// reaches the trainer twice only when a replay-buffer released it and crashed before acking its episodes;
+// at most proto.MaxUnackedEpisodes episodes are unacked, and a trainable group has at least 2 of them.
+const maxGroupsRemembered = proto.MaxUnackedEpisodes / 2
 
 // Config of the trainer.
 type Config struct {
