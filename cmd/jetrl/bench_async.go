@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -50,6 +51,7 @@ type benchAsyncCmd struct {
 	EnvHosts      int           `name:"env-hosts" default:"1" help:"Env hosts."`
 	EvalEpisodes  int           `name:"eval-episodes" default:"200" help:"Held-out episodes per task after the measured episodes (0: no evaluation)."`
 	Seed          uint64        `name:"seed" default:"1" help:"Seed of the policy, instances, latency draws and evaluation."`
+	Seeds         int           `name:"seeds" default:"1" help:"Pairs of runs (both modes each), with seeds --seed, --seed+1, ...; the summary is the mean over pairs."`
 	Timeout       time.Duration `name:"timeout" default:"30m" help:"Give up a mode after this long."`
 	JSON          bool          `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
@@ -70,9 +72,25 @@ type asyncBenchResult struct {
 	StalenessHist     map[string]int64 `json:"staleness_histogram"`
 	HeldOutSync       float64          `json:"heldout_success_sync"`
 	HeldOutAsync      float64          `json:"heldout_success_async"`
-	Sync              *trialResult     `json:"sync"`
-	Async             *trialResult     `json:"async"`
-	Workload          asyncWorkload    `json:"workload"`
+	// With --seeds above 1: the top-level figures are means over the pairs (max_staleness the largest,
+	// the histogram summed), the std of held-out success over pairs, and every pair in full.
+	HeldOutSyncStd  float64      `json:"heldout_success_sync_std"`
+	HeldOutAsyncStd float64      `json:"heldout_success_async_std"`
+	Pairs           []*asyncPair `json:"pairs"`
+	// Sync and Async are the first pair's details.
+	Sync     *trialResult  `json:"sync"`
+	Async    *trialResult  `json:"async"`
+	Workload asyncWorkload `json:"workload"`
+}
+
+// asyncPair is one seed's run of both modes.
+type asyncPair struct {
+	Seed         uint64       `json:"seed"`
+	Speedup      float64      `json:"speedup"`
+	HeldOutSync  float64      `json:"heldout_success_sync"`
+	HeldOutAsync float64      `json:"heldout_success_async"`
+	Sync         *trialResult `json:"sync"`
+	Async        *trialResult `json:"async"`
 }
 
 // asyncWorkload records the settings both modes ran with.
@@ -109,6 +127,9 @@ func (c *benchAsyncCmd) Validate() error {
 	}
 	if c.Eta < 1 {
 		errs = append(errs, fmt.Errorf("--eta %d: the asynchronous mode needs at least 1", c.Eta))
+	}
+	if c.Seeds < 1 {
+		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
 	if c.Epochs < 1 || c.EnvHosts < 1 || c.EvalEpisodes < 0 {
 		errs = append(errs, errors.New("--epochs and --env-hosts must be at least 1, --eval-episodes not negative"))
@@ -189,43 +210,97 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
 		strings.Join(c.Tasks, ","), c.Episodes, c.Warmup, c.BatchSize, c.concurrency(), c.LatencyMedian, c.LatencyP99)
-	say("synchronous (eta 0)...")
-	if res.Sync, err = runTrial(ctx, c.trial(0), log); err != nil {
-		return nil, fmt.Errorf("synchronous mode: %w", err)
+	res.StalenessHist = map[string]int64{}
+	var heldSync, heldAsync []float64
+	for i := range c.Seeds {
+		pc := *c
+		pc.Seed = c.Seed + uint64(i)
+		p := &asyncPair{Seed: pc.Seed}
+		say("seed %d: synchronous (eta 0)...", pc.Seed)
+		if p.Sync, err = runTrial(ctx, pc.trial(0), log); err != nil {
+			return nil, fmt.Errorf("synchronous mode, seed %d: %w", pc.Seed, err)
+		}
+		say("seed %d: asynchronous (eta %d)...", pc.Seed, c.Eta)
+		if p.Async, err = runTrial(ctx, pc.trial(c.Eta), log); err != nil {
+			return nil, fmt.Errorf("asynchronous mode, seed %d: %w", pc.Seed, err)
+		}
+		if p.Sync.EpisodesPerS > 0 {
+			p.Speedup = p.Async.EpisodesPerS / p.Sync.EpisodesPerS
+		}
+		p.HeldOutSync, p.HeldOutAsync = p.Sync.HeldOutSuccess, p.Async.HeldOutSuccess
+		res.Pairs = append(res.Pairs, p)
+		n := float64(c.Seeds)
+		res.SyncEpisodesPerS += p.Sync.EpisodesPerS / n
+		res.AsyncEpisodesPerS += p.Async.EpisodesPerS / n
+		res.Speedup += p.Speedup / n
+		res.TrainerBusySync += p.Sync.TrainerBusy / n
+		res.TrainerBusyAsync += p.Async.TrainerBusy / n
+		res.MaxStaleness = max(res.MaxStaleness, p.Sync.MaxStaleness, p.Async.MaxStaleness)
+		for k, v := range trialHistMap(p.Async.Staleness) {
+			res.StalenessHist[k] += v
+		}
+		heldSync, heldAsync = append(heldSync, p.HeldOutSync), append(heldAsync, p.HeldOutAsync)
 	}
-	say("asynchronous (eta %d)...", c.Eta)
-	if res.Async, err = runTrial(ctx, c.trial(c.Eta), log); err != nil {
-		return nil, fmt.Errorf("asynchronous mode: %w", err)
-	}
-	res.SyncEpisodesPerS, res.AsyncEpisodesPerS = res.Sync.EpisodesPerS, res.Async.EpisodesPerS
-	if res.SyncEpisodesPerS > 0 {
-		res.Speedup = res.AsyncEpisodesPerS / res.SyncEpisodesPerS
-	}
-	res.TrainerBusySync, res.TrainerBusyAsync = res.Sync.TrainerBusy, res.Async.TrainerBusy
-	res.MaxStaleness = max(res.Sync.MaxStaleness, res.Async.MaxStaleness)
-	res.StalenessHist = trialHistMap(res.Async.Staleness)
-	res.HeldOutSync, res.HeldOutAsync = res.Sync.HeldOutSuccess, res.Async.HeldOutSuccess
+	res.HeldOutSync, res.HeldOutSyncStd = meanStd(heldSync)
+	res.HeldOutAsync, res.HeldOutAsyncStd = meanStd(heldAsync)
+	res.Sync, res.Async = res.Pairs[0].Sync, res.Pairs[0].Async
 	return res, nil
+}
+
+// meanStd is the mean and the sample standard deviation (0 for one value).
+func meanStd(xs []float64) (mean, std float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	for _, x := range xs {
+		std += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(std / float64(len(xs)-1))
 }
 
 func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "mode\teta\ttrained episodes/s\tenv steps/s\tepisodes\tseconds\ts/batch (trainer)\ttrainer busy (update)\tstaleness histogram (episodes)\tmax staleness\theld-out success\n")
-	for _, r := range []struct {
-		name string
-		eta  int
-		t    *trialResult
-	}{{"sync", 0, res.Sync}, {"async", c.Eta, res.Async}} {
-		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.0f\t%d\t%.1f\t%.2f (%.2f)\t%.1f%% (%.1f%%)\t%s\t%d\t%s\n", r.name, r.eta, r.t.EpisodesPerS, r.t.EnvStepsPerS,
-			r.t.Episodes, r.t.Seconds, r.t.BatchSeconds, r.t.BusyPerBatch, 100*r.t.TrainerBusy, 100*r.t.TrainerUpdate, trialHistString(r.t.Staleness), r.t.MaxStaleness, trialHeldOutString(r.t))
+	for _, p := range res.Pairs {
+		if len(res.Pairs) > 1 {
+			fmt.Printf("seed %d\n", p.Seed)
+		}
+		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(w, "mode\teta\ttrained episodes/s\tenv steps/s\tepisodes\tseconds\ts/batch (trainer)\ttrainer busy (update)\tstaleness histogram (episodes)\tmax staleness\theld-out success\n")
+		for _, r := range []struct {
+			name string
+			eta  int
+			t    *trialResult
+		}{{"sync", 0, p.Sync}, {"async", c.Eta, p.Async}} {
+			fmt.Fprintf(w, "%s\t%d\t%.1f\t%.0f\t%d\t%.1f\t%.2f (%.2f)\t%.1f%% (%.1f%%)\t%s\t%d\t%s\n", r.name, r.eta, r.t.EpisodesPerS, r.t.EnvStepsPerS,
+				r.t.Episodes, r.t.Seconds, r.t.BatchSeconds, r.t.BusyPerBatch, 100*r.t.TrainerBusy, 100*r.t.TrainerUpdate, trialHistString(r.t.Staleness), r.t.MaxStaleness, trialHeldOutString(r.t))
+		}
+		_ = w.Flush()
+		fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",
+			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
+		fmt.Printf("episodes dropped as too stale: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
+			p.Sync.DroppedStale, p.Async.DroppedStale, p.Sync.InfraFailures, p.Async.InfraFailures)
 	}
-	_ = w.Flush()
-	fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",
-		res.Speedup, res.Sync.EpisodesTrained, res.Async.EpisodesTrained, 100*res.HeldOutSync, 100*res.HeldOutAsync)
-	fmt.Printf("episodes dropped as too stale: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
-		res.Sync.DroppedStale, res.Async.DroppedStale, res.Sync.InfraFailures, res.Async.InfraFailures)
+	if len(res.Pairs) < 2 {
+		return
+	}
+	diffs := make([]string, len(res.Pairs))
+	minSpeed, minBusy := math.Inf(1), math.Inf(1)
+	for i, p := range res.Pairs {
+		diffs[i] = fmt.Sprintf("%+.1f", 100*(p.HeldOutAsync-p.HeldOutSync))
+		minSpeed, minBusy = min(minSpeed, p.Speedup), min(minBusy, p.Async.TrainerBusy)
+	}
+	fmt.Printf("over %d pairs (seeds %d-%d): speedup %.2fx (lowest %.2fx); trainer busy async %.1f%% (lowest %.1f%%); max staleness %d; "+
+		"held-out success sync %.1f ± %.1f%%, async %.1f ± %.1f%%; async - sync per pair: %s points\n",
+		len(res.Pairs), res.Pairs[0].Seed, res.Pairs[len(res.Pairs)-1].Seed, res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
+		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "))
 }
 
 // trialHeldOutString shows the mean held-out success and each task's.

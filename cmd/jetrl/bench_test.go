@@ -46,13 +46,13 @@ func benchWantPositive(t *testing.T, obj map[string]any, key string) float64 {
 func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
 		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 1,
-		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1,
+		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := c.run(ctx)
 	if err != nil {
@@ -64,10 +64,25 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	benchWantPositive(t, out, "speedup")
 	benchWantPositive(t, out, "trainer_busy_async")
 	benchWantPositive(t, out, "trainer_busy_sync")
-	for _, k := range []string{"max_staleness", "staleness_histogram", "heldout_success_sync", "heldout_success_async", "sync", "async", "workload"} {
+	for _, k := range []string{"max_staleness", "staleness_histogram", "heldout_success_sync", "heldout_success_async", "sync", "async", "workload",
+		"heldout_success_sync_std", "heldout_success_async_std"} {
 		if _, ok := out[k]; !ok {
 			t.Errorf("JSON has no %q", k)
 		}
+	}
+	pairs, ok := out["pairs"].([]any)
+	if !ok || len(pairs) != c.Seeds {
+		t.Fatalf("pairs = %v, want one per seed (%d)", out["pairs"], c.Seeds)
+	}
+	var meanSpeedup float64
+	for i, p := range res.Pairs {
+		if p.Seed != c.Seed+uint64(i) || p.Sync == nil || p.Async == nil || !(p.Speedup > 0) {
+			t.Errorf("pair %d: %+v, want seed %d with both modes and a positive speedup", i, p, c.Seed+uint64(i))
+		}
+		meanSpeedup += p.Speedup / float64(len(res.Pairs))
+	}
+	if math.Abs(res.Speedup-meanSpeedup) > 1e-9 {
+		t.Errorf("speedup %v, want the mean of the pairs' %v", res.Speedup, meanSpeedup)
 	}
 	if ms, ok := out["max_staleness"].(float64); !ok || ms < 0 || ms > float64(c.Eta) {
 		t.Errorf("max_staleness %v, want within [0, eta=%d]", out["max_staleness"], c.Eta)
@@ -78,7 +93,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	if len(res.Async.Staleness) > c.Eta+1 {
 		t.Errorf("asynchronous staleness histogram %v goes past eta %d", res.Async.Staleness, c.Eta)
 	}
-	for _, r := range []*trialResult{res.Sync, res.Async} {
+	for _, r := range []*trialResult{res.Sync, res.Async, res.Pairs[1].Sync, res.Pairs[1].Async} {
 		if r.Episodes < c.Episodes || r.EpisodesTrained < c.Episodes+c.Warmup*int64(c.BatchSize) || len(r.HeldOut) != 1 {
 			t.Errorf("trial %+v: want at least %d episodes measured and a held-out score for db", r, c.Episodes)
 		}
@@ -121,6 +136,11 @@ func TestBenchFlagsValidate(t *testing.T) {
 		LatencyMedian: 20 * time.Millisecond, LatencyP99: time.Millisecond}
 	if err := bad.Validate(); err == nil {
 		t.Fatal("bad async-vs-sync flags accepted")
+	}
+	noSeeds := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
+		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 0}
+	if err := noSeeds.Validate(); err == nil || !strings.Contains(err.Error(), "--seeds") {
+		t.Fatalf("--seeds 0: err = %v, want one that names --seeds", err)
 	}
 	badScale := &benchScaleCmd{Replicas: []int{0}, Tasks: []string{"db"}, Episodes: 1, GroupSize: 8, BatchSize: 64, Concurrency: 8, Epochs: 1, EnvHosts: 1}
 	if err := badScale.Validate(); err == nil {
