@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -46,6 +47,7 @@ type benchMemoryCmd struct {
 	JSON        bool          `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel    string        `name:"log-level" default:"info" help:"Level of the services' logs, kept in files (the Go heap is read from the /metrics address logged at info)."`
 	StopTimeout time.Duration `name:"stop-timeout" default:"30s" help:"How long a service may take to stop after SIGINT before it is killed."`
+	From        string        `name:"from" type:"existingfile" help:"Summarise the samples of an earlier run's memory.json (--out) instead of running."`
 }
 
 // memServices are the services, one process each, in the order they start.
@@ -85,6 +87,11 @@ type memServiceResult struct {
 	GrowthPct float64 `json:"growth_pct"`
 	// SlopeMBPer10Min is the least-squares slope of RSS over the window's samples.
 	SlopeMBPer10Min float64 `json:"slope_mb_per_10min"`
+	// The same over the window's second half, and the largest RSS in each half: memory that levels off
+	// once its bounded caches fill has a late slope near 0 and a late max near the early one.
+	SlopeLateMBPer10Min float64 `json:"slope_late_mb_per_10min"`
+	RSSMaxEarlyMB       float64 `json:"rss_max_early_mb"`
+	RSSMaxLateMB        float64 `json:"rss_max_late_mb"`
 	// The Go heap in use (go_memstats_heap_inuse_bytes) at the start and end samples, when it was read.
 	HeapStartMB *float64 `json:"heap_inuse_start_mb,omitempty"`
 	HeapEndMB   *float64 `json:"heap_inuse_end_mb,omitempty"`
@@ -134,7 +141,13 @@ func (c *benchMemoryCmd) Validate() error {
 func (c *benchMemoryCmd) Run(g *globals) error {
 	ctx, stop := signalContext()
 	defer stop()
-	res, err := c.run(ctx)
+	var res *memoryBenchResult
+	var err error
+	if c.From != "" {
+		res, err = memFromFile(c.From)
+	} else {
+		res, err = c.run(ctx)
+	}
 	if res != nil {
 		if c.JSON {
 			if perr := benchPrintJSON(res); perr != nil {
@@ -380,10 +393,19 @@ func memSummarize(samples []memSample, start int, pids map[string]int) *memoryBe
 	for _, name := range memServiceOrder {
 		r := &memServiceResult{PID: pids[name], RSSStartMB: first.RSSMB[name], RSSEndMB: last.RSSMB[name]}
 		xs, ys := make([]float64, len(win)), make([]float64, len(win))
+		var lateXs, lateYs []float64
+		half := (last.Seconds - first.Seconds) / 2
 		for i, s := range win {
 			xs[i], ys[i] = (s.Seconds-first.Seconds)/60, s.RSSMB[name]
 			r.RSSMaxMB = max(r.RSSMaxMB, s.RSSMB[name])
+			if s.Seconds-first.Seconds >= half {
+				lateXs, lateYs = append(lateXs, xs[i]), append(lateYs, ys[i])
+				r.RSSMaxLateMB = max(r.RSSMaxLateMB, ys[i])
+			} else {
+				r.RSSMaxEarlyMB = max(r.RSSMaxEarlyMB, ys[i])
+			}
 		}
+		r.SlopeLateMBPer10Min = 10 * memSlope(lateXs, lateYs)
 		if r.RSSStartMB > 0 {
 			r.GrowthPct = (r.RSSEndMB - r.RSSStartMB) / r.RSSStartMB * 100
 		}
@@ -400,6 +422,35 @@ func memSummarize(samples []memSample, start int, pids map[string]int) *memoryBe
 		}
 	}
 	return res
+}
+
+// memFromFile summarises the samples an earlier run wrote to memory.json: the window starts at the sample
+// whose phase is "start", and the run's settings (tasks, warm-up, period) come from the file.
+func memFromFile(path string) (*memoryBenchResult, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var saved struct {
+		memoryBenchResult
+		Samples []memSample `json:"samples"`
+	}
+	if err := json.Unmarshal(data, &saved); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	start := slices.IndexFunc(saved.Samples, func(s memSample) bool { return s.Phase == "start" })
+	if start < 0 || len(saved.Samples)-start < 2 {
+		return nil, fmt.Errorf("%s: %d samples and no window (a start sample and one after it)", path, len(saved.Samples))
+	}
+	pids := map[string]int{}
+	for name, r := range saved.Services {
+		if r != nil {
+			pids[name] = r.PID
+		}
+	}
+	res := memSummarize(saved.Samples, start, pids)
+	res.Tasks, res.WarmupSeconds, res.SampleEverySec = saved.Tasks, saved.WarmupSeconds, saved.SampleEverySec
+	return res, nil
 }
 
 // memSlope is the least-squares slope of ys over xs (0 with fewer than two distinct xs).
@@ -435,14 +486,15 @@ func memRSSLine(s memSample) string {
 
 func (c *benchMemoryCmd) printTable(res *memoryBenchResult) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "service\tpid\tRSS start MB\tRSS end MB\tRSS max MB\tgrowth\tslope MB/10 min\tGo heap in use MB (start → end)\n")
+	fmt.Fprintf(w, "service\tpid\tRSS start MB\tRSS end MB\tRSS max MB\tgrowth\tslope MB/10 min\tmax 1st half → 2nd half MB\tslope 2nd half\tGo heap in use MB (start → end)\n")
 	for _, name := range memServiceOrder {
 		r := res.Services[name]
 		heap := "-"
 		if r.HeapStartMB != nil && r.HeapEndMB != nil {
 			heap = fmt.Sprintf("%.1f → %.1f", *r.HeapStartMB, *r.HeapEndMB)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%.1f\t%+.1f%%\t%+.2f\t%s\n", name, r.PID, r.RSSStartMB, r.RSSEndMB, r.RSSMaxMB, r.GrowthPct, r.SlopeMBPer10Min, heap)
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%.1f\t%+.1f%%\t%+.2f\t%.1f → %.1f\t%+.2f\t%s\n", name, r.PID, r.RSSStartMB, r.RSSEndMB, r.RSSMaxMB, r.GrowthPct,
+			r.SlopeMBPer10Min, r.RSSMaxEarlyMB, r.RSSMaxLateMB, r.SlopeLateMBPer10Min, heap)
 	}
 	_ = w.Flush()
 	fmt.Printf("window %s after a %s warm-up, %d samples; tasks %s; %d episodes trained in all (%d in the window), policy version %d → %d\n",

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -368,6 +369,54 @@ func TestBenchMemorySummary(t *testing.T) {
 	}
 	if tr := res.Services["trainer"]; tr.GrowthPct != 0 || tr.SlopeMBPer10Min != 0 {
 		t.Errorf("flat trainer %+v: want no growth and slope 0", tr)
+	}
+	// Halves of the 5-minute window: 0, 1, 2 min (100 102 101) and 3, 4, 5 min (104 103 106, slope 1 MB/min).
+	if env.RSSMaxEarlyMB != 102 || env.RSSMaxLateMB != 106 || math.Abs(env.SlopeLateMBPer10Min-10) > 1e-9 {
+		t.Errorf("env halves %+v: want max 102 then 106, late slope 10 MB/10 min", env)
+	}
+}
+
+// --from summarises an earlier run's memory.json as the run itself did, window from its start sample.
+func TestBenchMemoryFromFile(t *testing.T) {
+	var samples []memSample
+	for i, rss := range []float64{500, 100, 102, 101, 104, 103, 106} {
+		phase := "run"
+		switch i {
+		case 0:
+			phase = "warmup"
+		case 1:
+			phase = "start"
+		case 6:
+			phase = "end"
+		}
+		samples = append(samples, memSample{Seconds: 60 * float64(i), Phase: phase, RSSMB: map[string]float64{"env": rss}, Version: int64(i)})
+	}
+	want := memSummarize(samples, 1, map[string]int{"env": 7})
+	want.Tasks, want.WarmupSeconds, want.SampleEverySec = []string{"db"}, 60, 60
+	b, err := json.Marshal(struct {
+		*memoryBenchResult
+		Samples []memSample `json:"samples"`
+	}{want, samples})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "memory.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := memFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := *got.Services["env"], *want.Services["env"]; g.RSSStartMB != w.RSSStartMB || g.SlopeLateMBPer10Min != w.SlopeLateMBPer10Min || g.PID != 7 ||
+		got.Minutes != want.Minutes || !slices.Equal(got.Tasks, want.Tasks) {
+		t.Errorf("from file: %+v %+v, want %+v %+v", got, g, want, w)
+	}
+	if err := os.WriteFile(path, []byte(`{"samples":[{"phase":"warmup"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memFromFile(path); err == nil || !strings.Contains(err.Error(), "no window") {
+		t.Errorf("a file without a window: err = %v", err)
 	}
 }
 
