@@ -433,3 +433,20 @@ func TestBenchMemoryParse(t *testing.T) {
 		t.Fatalf("heap in use: %v MB, %v; want 4 MB", heap, err)
 	}
 }
+
+// The 30-minute run README reports (testdata/memory-30min.json) summarises to its window: 30 minutes of
+// 61 samples from the start sample, every service present, each half's largest RSS within the run's max.
+func TestBenchMemoryThirtyMinuteRun(t *testing.T) {
+	res, err := memFromFile(filepath.Join("testdata", "memory-30min.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(res.Minutes-30) > 0.1 || res.WindowSamples != 61 || len(res.Services) != len(memServiceOrder) {
+		t.Fatalf("window %v min, %d samples, %d services: want 30 min, 61 samples, 5 services", res.Minutes, res.WindowSamples, len(res.Services))
+	}
+	for name, r := range res.Services {
+		if r.RSSMaxMB != max(r.RSSMaxEarlyMB, r.RSSMaxLateMB) || r.RSSStartMB <= 0 {
+			t.Errorf("%s %+v: the max is not one of the halves'", name, r)
+		}
+	}
+}
