@@ -45,7 +45,8 @@ type benchAsyncCmd struct {
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
 	MaxQueued     int           `name:"max-queued" default:"2" help:"Most batches released and not yet applied, in both modes (negative: no bound)."`
 	Epochs        int           `name:"epochs" default:"6" help:"PPO epochs per batch: the trainer's work per batch, in both modes."`
-	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"decoupled" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled equals none on fresh data)."`
+	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
+	ISCap         float64       `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
 	LatencyP99    time.Duration `name:"latency-p99" default:"400ms" help:"99th percentile of the lognormal env step latency."`
 	EnvHosts      int           `name:"env-hosts" default:"1" help:"Env hosts."`
@@ -103,6 +104,7 @@ type asyncWorkload struct {
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
 	Correction      string   `json:"correction"`
+	ISCap           float64  `json:"is_cap"`
 	LatencyMedianMS float64  `json:"latency_median_ms"`
 	LatencyP99MS    float64  `json:"latency_p99_ms"`
 	LatencyMeanMS   float64  `json:"latency_mean_ms"`
@@ -127,6 +129,9 @@ func (c *benchAsyncCmd) Validate() error {
 	}
 	if c.Eta < 1 {
 		errs = append(errs, fmt.Errorf("--eta %d: the asynchronous mode needs at least 1", c.Eta))
+	}
+	if c.Correction == trainer.CorrectionTruncated && c.ISCap < 1 {
+		errs = append(errs, fmt.Errorf("--is-cap %v must be at least 1", c.ISCap))
 	}
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
@@ -158,7 +163,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg.Model.Seed = int64(c.Seed)
 	tcfg.Model.Bits = c.policyBits
 	tcfg.Epochs = c.Epochs
-	tcfg.Loss.Correction = c.Correction
+	tcfg.Loss.Correction, tcfg.Loss.ISCap = c.Correction, c.ISCap
 	return trialConfig{
 		Mesh: mesh.Config{
 			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Eta: eta,
@@ -205,7 +210,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
 		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
-		Concurrency: c.concurrency(), Epochs: c.Epochs, Correction: c.Correction, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		Concurrency: c.concurrency(), Epochs: c.Epochs, Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
 		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",

@@ -138,6 +138,11 @@ func TestBenchFlagsValidate(t *testing.T) {
 	if err := bad.Validate(); err == nil {
 		t.Fatal("bad async-vs-sync flags accepted")
 	}
+	lowCap := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
+		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, Correction: "truncated", ISCap: 0.5}
+	if err := lowCap.Validate(); err == nil || !strings.Contains(err.Error(), "--is-cap") {
+		t.Fatalf("--is-cap 0.5: err = %v, want one that names --is-cap", err)
+	}
 	noSeeds := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 0}
 	if err := noSeeds.Validate(); err == nil || !strings.Contains(err.Error(), "--seeds") {
