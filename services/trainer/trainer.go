@@ -89,6 +89,9 @@ type checkpoint struct {
 	MaxStaleness    int64    `msgpack:"max_staleness"`
 	Staleness       []int64  `msgpack:"staleness,omitempty"`
 	Batches         int64    `msgpack:"batches"`
+	// LastStep is the step event of LastBatchID, so that a trainer that crashed after the checkpoint and
+	// before the event was stored re-emits the same event, not a partial one.
+	LastStep *proto.TrainStep `msgpack:"last_step,omitempty"`
 }
 
 // Trainer is the service.
@@ -350,7 +353,11 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		t.mu.Unlock()
 		log.Info().Str("batch", tb.ID).Msg("batch already applied; acked again")
 		// The step event may not have been stored before the crash; its msg id makes this a no-op if it was.
-		t.emit(ctx, st, proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, EpisodesTrained: t.cp.EpisodesTrained, At: time.Now().UnixNano()}, log)
+		ev := proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, EpisodesTrained: t.cp.EpisodesTrained, At: time.Now().UnixNano()}
+		if t.cp.LastStep != nil && t.cp.LastStep.BatchID == tb.ID && t.cp.LastStep.Version == t.cp.Version {
+			ev = *t.cp.LastStep
+		}
+		t.emit(ctx, st, ev, log)
 		_ = m.Ack()
 		return nil
 	}
@@ -402,6 +409,10 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		}
 		t.cp.Groups = t.cp.Groups[n:]
 	}
+	ev := proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, Episodes: len(eps),
+		EpisodesTrained: t.cp.EpisodesTrained, Loss: ss.Loss, ClipFraction: ss.ClipFraction, MaxStaleness: maxStale,
+		Tasks: tb.Tasks, At: time.Now().UnixNano()}
+	t.cp.LastStep = &ev
 	// Durable first (checkpoint), then visible (weights, version), then acked: a crash anywhere in between
 	// is repaired on restart by the checkpoint and the batch-id check above.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -419,9 +430,6 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	if err != nil {
 		return fmt.Errorf("trainer: persist version %d of batch %s (restart resumes from the checkpoint): %w", t.cp.Version, tb.ID, err)
 	}
-	ev := proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, Episodes: len(eps),
-		EpisodesTrained: t.cp.EpisodesTrained, Loss: ss.Loss, ClipFraction: ss.ClipFraction, MaxStaleness: maxStale,
-		Tasks: tb.Tasks, At: time.Now().UnixNano()}
 	t.emit(ctx, st, ev, log)
 	_ = m.Ack()
 	busy := time.Since(start)

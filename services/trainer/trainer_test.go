@@ -162,6 +162,24 @@ func (m *mesh) publishBatch(t *testing.T, msgID string, tb proto.TrainBatch) {
 	m.publish(t, msgID, data)
 }
 
+// lastStep reads the last step event stored.
+func (m *mesh) lastStep(t *testing.T) proto.TrainStep {
+	t.Helper()
+	ev, err := m.js.Stream(testCtx(t), proto.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := ev.GetLastMsgForSubject(testCtx(t), proto.SubjectEventTrainStep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step proto.TrainStep
+	if err := codec.Unmarshal(raw.Data, &step); err != nil {
+		t.Fatal(err)
+	}
+	return step
+}
+
 func (m *mesh) msgs(t *testing.T, stream string) uint64 {
 	t.Helper()
 	st, err := m.js.Stream(testCtx(t), stream)
@@ -347,6 +365,48 @@ func TestApplyRedeliverResume(t *testing.T) {
 }
 
 // A checkpoint ahead of the version record (a crash between the two) is repaired on restart.
+// A trainer that crashed after its checkpoint and before its step event was stored emits that event again,
+// whole (episodes, loss, time of the step), when the batch is redelivered: the checkpoint carries it. The
+// checkpoint is moved to a second server, whose events stream has never seen the step.
+func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
+	m := newMesh(t)
+	cfg := testConfig(0)
+	r := m.startTrainer(t, cfg)
+	tb1 := proto.TrainBatch{ID: "tb-1", Episodes: group(m.model(t), "g1", 0), TrainerVersion: 0}
+	m.publishBatch(t, "tb-1", tb1)
+	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
+	eventually(t, 10*time.Second, "the step event", func() bool { return m.msgs(t, proto.StreamEvents) == 1 })
+	step := m.lastStep(t)
+	r.stop()
+	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := newMesh(t)
+	obj2, err := m2.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj2.PutBytes(testCtx(t), proto.KeyCheckpoint, cp); err != nil {
+		t.Fatal(err)
+	}
+	r2 := m2.startTrainer(t, cfg)
+	if s := r2.tr.Stats(); !s.Resumed || s.Version != 1 {
+		t.Fatalf("stats %+v, want resumed at version 1", s)
+	}
+	m2.publishBatch(t, "tb-1-redelivered", tb1)
+	eventually(t, 10*time.Second, "the duplicate", func() bool { return r2.tr.Stats().Duplicates == 1 })
+	eventually(t, 10*time.Second, "the step event emitted again", func() bool { return m2.msgs(t, proto.StreamEvents) == 1 })
+	if again := m2.lastStep(t); again.Version != 1 || again.BatchID != "tb-1" || again.Episodes != 2 || again.Loss != step.Loss || again.At != step.At {
+		t.Fatalf("step event emitted again = %+v, want the original %+v", again, step)
+	}
+}
+
 func TestRestartRepublishesVersionMissingFromKV(t *testing.T) {
 	m := newMesh(t)
 	cfg := testConfig(1)
