@@ -68,15 +68,18 @@ type trialResult struct {
 	BatchSeconds float64 `json:"batch_seconds"`
 	BusyPerBatch float64 `json:"trainer_seconds_per_batch"`
 	// EvalVersion is the policy version held-out success was measured with, after EpisodesTrained.
-	EvalVersion     int64                         `json:"eval_version"`
-	EpisodesTrained int64                         `json:"episodes_trained"`
-	Staleness       []int64                       `json:"staleness_episodes"`
-	TurnStaleness   []int64                       `json:"staleness_turns"`
-	MaxStaleness    int64                         `json:"max_staleness"`
-	DroppedStale    int64                         `json:"dropped_stale"`
-	InfraFailures   int64                         `json:"infra_failures"`
-	HeldOut         map[string]rollout.EvalResult `json:"heldout,omitempty"`
-	HeldOutSuccess  float64                       `json:"heldout_success"`
+	EvalVersion     int64   `json:"eval_version"`
+	EpisodesTrained int64   `json:"episodes_trained"`
+	Staleness       []int64 `json:"staleness_episodes"`
+	TurnStaleness   []int64 `json:"staleness_turns"`
+	MaxStaleness    int64   `json:"max_staleness"`
+	DroppedStale    int64   `json:"dropped_stale"`
+	// DroppedStaleByTask is the replay-buffer's part of DroppedStale by task family (the trainer's own
+	// drops, of batches that went stale in its queue, are not split).
+	DroppedStaleByTask map[string]int64              `json:"dropped_stale_by_task_buffer"`
+	InfraFailures      int64                         `json:"infra_failures"`
+	HeldOut            map[string]rollout.EvalResult `json:"heldout,omitempty"`
+	HeldOutSuccess     float64                       `json:"heldout_success"`
 }
 
 // trialMark is the mesh's counters at one train step event.
@@ -220,6 +223,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
 	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
+	res.DroppedStaleByTask = bs.DroppedStaleByTask
 	for _, r := range m.Rollouts {
 		res.InfraFailures += r.Status().InfraFailures
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -290,8 +292,8 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		_ = w.Flush()
 		fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
-		fmt.Printf("episodes dropped as too stale: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
-			p.Sync.DroppedStale, p.Async.DroppedStale, p.Sync.InfraFailures, p.Async.InfraFailures)
+		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; infrastructure failures: sync %d, async %d\n",
+			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.InfraFailures, p.Async.InfraFailures)
 	}
 	if len(res.Pairs) < 2 {
 		return
@@ -306,6 +308,20 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		"held-out success sync %.1f ± %.1f%%, async %.1f ± %.1f%%; async - sync per pair: %s points\n",
 		len(res.Pairs), res.Pairs[0].Seed, res.Pairs[len(res.Pairs)-1].Seed, res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
 		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "))
+}
+
+// staleByTaskString shows the replay-buffer's stale drops per task, " (replay-buffer: db 3, kg 40)", or
+// nothing when it dropped none.
+func staleByTaskString(m map[string]int64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, m[n])
+	}
+	return " (replay-buffer: " + strings.Join(parts, ", ") + ")"
 }
 
 // trialHeldOutString shows the mean held-out success and each task's.

@@ -455,3 +455,12 @@ func TestBenchMemoryThirtyMinuteRun(t *testing.T) {
 		}
 	}
 }
+
+func TestStaleByTaskString(t *testing.T) {
+	if got := staleByTaskString(nil); got != "" {
+		t.Errorf("no drops: %q, want nothing", got)
+	}
+	if got, want := staleByTaskString(map[string]int64{"webshop": 40, "db": 3}), " (replay-buffer: db 3, webshop 40)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -182,6 +182,8 @@ type Stats struct {
 	DeadLettered  int64 `json:"dead_lettered"`
 	MaxStaleness  int64 `json:"max_staleness"`
 	PendingGroups int   `json:"pending_groups"`
+	// DroppedStaleByTask splits DroppedStale by task family.
+	DroppedStaleByTask map[string]int64 `json:"dropped_stale_by_task,omitempty"`
 }
 
 // New validates the configuration and builds the buffer.
@@ -217,7 +219,9 @@ func (b *Buffer) Running() bool { return b.running.Load() }
 func (b *Buffer) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.stats
+	s := b.stats
+	s.DroppedStaleByTask = maps.Clone(b.stats.DroppedStaleByTask)
+	return s
 }
 
 func (b *Buffer) count(f func(*Stats)) {
@@ -514,6 +518,12 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		b.count(func(s *Stats) {
 			s.Masked += int64(t.masked)
 			s.DroppedStale += int64(t.stale)
+			if t.stale > 0 {
+				if s.DroppedStaleByTask == nil {
+					s.DroppedStaleByTask = map[string]int64{}
+				}
+				s.DroppedStaleByTask[t.g.task] += int64(t.stale)
+			}
 			s.Missing += int64(missing)
 			s.DroppedGroup += int64(small)
 		})

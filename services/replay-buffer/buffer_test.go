@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -330,6 +331,9 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 		s := r.b.Stats()
 		return s.DroppedStale == 3 && s.MaxStaleness == 1
 	})
+	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleByTask, map[string]int64{"alfworld": 3}) {
+		t.Fatalf("stale drops by task %v, want alfworld's 3", s.DroppedStaleByTask)
+	}
 }
 
 // Staleness is judged when a batch is released: a group that waited while the trainer moved on goes.
