@@ -462,28 +462,36 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	if v < 0 || len(b.ready) == 0 || (!b.readyChanged && v == b.checkedAt) {
 		return nil
 	}
+	type settled struct {
+		g             *group
+		ok            []proto.Episode
+		masked, stale int
+	}
+	var take []settled
+	var keep []*group
+	usable := 0
 	b.held = false
 	// Oldest admissions first: they are the nearest to the staleness bound.
 	slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
-	take, keep, usable := b.compose(v)
+	for _, g := range b.ready {
+		ok, masked, stale := b.split(g, v)
+		if len(ok) < b.cfg.MinGroup {
+			ok = nil
+		}
+		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
+			keep = append(keep, g)
+			continue
+		}
+		usable += len(ok)
+		take = append(take, settled{g, ok, masked, stale})
+	}
 	if usable > 0 && usable < b.cfg.BatchSize {
 		b.readyChanged, b.checkedAt = false, v
 		return nil // not enough yet: keep everything ready, decide again with more groups or a new version
 	}
-	if usable > 0 {
-		queued, full := b.queueDepth(ctx, js, log)
-		if full {
-			b.held = true
-			return nil // the trainer has enough queued: compose this batch when it can go straight on
-		}
-		if queued > 0 {
-			// The batches queued ahead train first, one version each: judge staleness at the version this
-			// one will train at, so that it holds no episode the trainer would drop as too stale.
-			if take, keep, usable = b.compose(v + int64(queued)); usable > 0 && usable < b.cfg.BatchSize {
-				b.readyChanged, b.checkedAt = false, v
-				return nil
-			}
-		}
+	if usable > 0 && b.queueFull(ctx, js, log) {
+		b.held = true
+		return nil // the trainer has enough queued: compose this batch when it can go straight on
 	}
 	var eps []proto.Episode
 	var refund int64
@@ -535,47 +543,21 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	return nil
 }
 
-// settled is a ready group as one batch composition takes it: its usable members (nil when too few) and
-// the masked and stale ones.
-type settled struct {
-	g             *group
-	ok            []proto.Episode
-	masked, stale int
-}
-
-// compose takes the ready groups (sorted, oldest admissions first) into a batch judged at trainer version
-// v: every group up to MaxBatchSize usable episodes is taken (settled), the rest kept for later.
-func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
-	for _, g := range b.ready {
-		ok, masked, stale := b.split(g, v)
-		if len(ok) < b.cfg.MinGroup {
-			ok = nil
-		}
-		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
-			keep = append(keep, g)
-			continue
-		}
-		usable += len(ok)
-		take = append(take, settled{g, ok, masked, stale})
-	}
-	return take, keep, usable
-}
-
-// queueDepth counts the batches released and not yet applied: pending or unacked at the
-// advantage-normalizer's and the trainer's consumers; full reports whether that is MaxQueued or more. When a
-// consumer cannot be read (not created yet, or NATS busy) the depth is 0 and the release is not held back.
-func (b *Buffer) queueDepth(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (queued int, full bool) {
+// queueFull reports whether MaxQueued batches are released and not yet applied: pending or unacked at the
+// advantage-normalizer's and the trainer's consumers. When a consumer cannot be read (not created yet, or
+// NATS busy) the queue does not hold the release back.
+func (b *Buffer) queueFull(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) bool {
 	if b.cfg.MaxQueued < 0 {
-		return 0, false
+		return false
 	}
-
+	queued := 0
 	for i, c := range []struct{ stream, name string }{{proto.StreamBatches, proto.ConsumerNormalizer}, {proto.StreamTrain, proto.ConsumerTrainer}} {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		if b.queueCons[i] == nil {
 			cons, err := js.Consumer(qctx, c.stream, c.name)
 			if err != nil {
 				cancel()
-				return 0, false
+				return false
 			}
 			b.queueCons[i] = cons
 		}
@@ -586,11 +568,11 @@ func (b *Buffer) queueDepth(ctx context.Context, js jetstream.JetStream, log zer
 				b.queueCons[i] = nil
 			}
 			log.Debug().Err(err).Str("consumer", c.name).Msg("queue depth unknown; releasing")
-			return 0, false
+			return false
 		}
 		queued += int(info.NumPending) + info.NumAckPending
 	}
-	return queued, queued >= b.cfg.MaxQueued
+	return queued >= b.cfg.MaxQueued
 }
 
 // split sorts a group's members into usable ones and counts the masked and the stale.

@@ -71,34 +71,3 @@ func TestReleaseWaitsWhileTheTrainerHasEnoughQueued(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the third batch", func() bool { return m.msgs(t, proto.StreamBatches) == 3 })
 }
-
-// With a batch queued ahead, the next one trains a version later: staleness is judged there, so the buffer
-// drops (and refunds) an episode the trainer would drop, and fills the batch with ones it will train.
-func TestStalenessIsJudgedAtTheVersionTheBatchWillTrainAt(t *testing.T) {
-	m := newMesh(t)
-	ctx := testCtx(t)
-	for _, c := range []struct{ stream, name, subject string }{
-		{proto.StreamBatches, proto.ConsumerNormalizer, proto.SubjectBatches}, {proto.StreamTrain, proto.ConsumerTrainer, proto.SubjectTrain}} {
-		if _, err := m.js.CreateOrUpdateConsumer(ctx, c.stream, bus.ConsumerConfig(c.name, c.subject, 64, time.Minute)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.setVersion(t, 5)
-	// Eta 1 at version 5: admissions at 4 and 5 are fresh now, only 5 once one batch is queued ahead.
-	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 1, GroupTimeout: time.Minute, MaxQueued: 3})
-	m.publish(t, ep("first", 0, 2, 5), "")
-	m.publish(t, ep("first", 1, 2, 5), "")
-	eventually(t, 10*time.Second, "the first batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
-	m.publish(t, ep("older", 0, 2, 4), "")
-	m.publish(t, ep("older", 1, 2, 4), "")
-	eventually(t, 10*time.Second, "the older group dropped and refunded", func() bool { return m.refunded(t) == 2 })
-	m.publish(t, ep("fresh", 0, 2, 5), "")
-	m.publish(t, ep("fresh", 1, 2, 5), "")
-	eventually(t, 10*time.Second, "the second batch", func() bool { return m.msgs(t, proto.StreamBatches) == 2 })
-	if got := ids(m.batch(t, 2)); !slices.Equal(got, []string{"fresh-0", "fresh-1"}) {
-		t.Fatalf("second batch holds %v, want the fresh group only", got)
-	}
-	if s := r.b.Stats(); s.DroppedStale != 2 || s.Batched != 4 {
-		t.Fatalf("stats %+v, want 2 dropped as stale and 4 batched", s)
-	}
-}
