@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jetrl/jetrl/cmd/jetrl/internal/report"
 	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
 	normalizer "github.com/jetrl/jetrl/services/advantage-normalizer"
 	"github.com/jetrl/jetrl/services/env"
@@ -248,28 +249,18 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		}
 		heldSync, heldAsync = append(heldSync, p.HeldOutSync), append(heldAsync, p.HeldOutAsync)
 	}
-	res.HeldOutSync, res.HeldOutSyncStd = meanStd(heldSync)
-	res.HeldOutAsync, res.HeldOutAsyncStd = meanStd(heldAsync)
+	syncStat, err := report.NewStat(heldSync)
+	if err != nil {
+		return nil, fmt.Errorf("held-out success of the synchronous mode: %w", err)
+	}
+	asyncStat, err := report.NewStat(heldAsync)
+	if err != nil {
+		return nil, fmt.Errorf("held-out success of the asynchronous mode: %w", err)
+	}
+	res.HeldOutSync, res.HeldOutSyncStd = syncStat.Mean, syncStat.Std
+	res.HeldOutAsync, res.HeldOutAsyncStd = asyncStat.Mean, asyncStat.Std
 	res.Sync, res.Async = res.Pairs[0].Sync, res.Pairs[0].Async
 	return res, nil
-}
-
-// meanStd is the mean and the sample standard deviation (0 for one value).
-func meanStd(xs []float64) (mean, std float64) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) < 2 {
-		return mean, 0
-	}
-	for _, x := range xs {
-		std += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(std / float64(len(xs)-1))
 }
 
 func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
