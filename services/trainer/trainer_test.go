@@ -162,8 +162,8 @@ func (m *mesh) publishBatch(t *testing.T, msgID string, tb proto.TrainBatch) {
 	m.publish(t, msgID, data)
 }
 
-// lastStep reads the last step event stored.
-func (m *mesh) lastStep(t *testing.T) proto.TrainStep {
+// lastStep reads the last step event stored, and its message id.
+func (m *mesh) lastStep(t *testing.T) (proto.TrainStep, string) {
 	t.Helper()
 	ev, err := m.js.Stream(testCtx(t), proto.StreamEvents)
 	if err != nil {
@@ -177,7 +177,7 @@ func (m *mesh) lastStep(t *testing.T) proto.TrainStep {
 	if err := codec.Unmarshal(raw.Data, &step); err != nil {
 		t.Fatal(err)
 	}
-	return step
+	return step, raw.Header.Get(nats.MsgIdHdr)
 }
 
 func (m *mesh) msgs(t *testing.T, stream string) uint64 {
@@ -278,21 +278,9 @@ func TestApplyRedeliverResume(t *testing.T) {
 		t.Fatalf("stats after one batch = %+v", s)
 	}
 	// The step event is stored once per version.
-	ev, err := m.js.Stream(testCtx(t), proto.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := ev.GetLastMsgForSubject(testCtx(t), proto.SubjectEventTrainStep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var step proto.TrainStep
-	if err := codec.Unmarshal(raw.Data, &step); err != nil {
-		t.Fatal(err)
-	}
-	if step.Version != 1 || step.BatchID != "tb-1" || step.Episodes != 2 || step.EpisodesTrained != 2 ||
-		raw.Header.Get(nats.MsgIdHdr) != proto.TrainStepMsgID(1) {
-		t.Fatalf("step event = %+v, msg id %q", step, raw.Header.Get(nats.MsgIdHdr))
+	if step, msgID := m.lastStep(t); step.Version != 1 || step.BatchID != "tb-1" || step.Episodes != 2 || step.EpisodesTrained != 2 ||
+		msgID != proto.TrainStepMsgID(1) {
+		t.Fatalf("step event = %+v, msg id %q", step, msgID)
 	}
 
 	// The same batch again (a redelivery after the checkpoint: a new stream message, same batch id) is
@@ -376,7 +364,7 @@ func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 	m.publishBatch(t, "tb-1", tb1)
 	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
 	eventually(t, 10*time.Second, "the step event", func() bool { return m.msgs(t, proto.StreamEvents) == 1 })
-	step := m.lastStep(t)
+	step, _ := m.lastStep(t)
 	r.stop()
 	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
 	if err != nil {
@@ -402,7 +390,7 @@ func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 	m2.publishBatch(t, "tb-1-redelivered", tb1)
 	eventually(t, 10*time.Second, "the duplicate", func() bool { return r2.tr.Stats().Duplicates == 1 })
 	eventually(t, 10*time.Second, "the step event emitted again", func() bool { return m2.msgs(t, proto.StreamEvents) == 1 })
-	if again := m2.lastStep(t); again.Version != 1 || again.BatchID != "tb-1" || again.Episodes != 2 || again.Loss != step.Loss || again.At != step.At {
+	if again, _ := m2.lastStep(t); again.Version != 1 || again.BatchID != "tb-1" || again.Episodes != 2 || again.Loss != step.Loss || again.At != step.At {
 		t.Fatalf("step event emitted again = %+v, want the original %+v", again, step)
 	}
 }
