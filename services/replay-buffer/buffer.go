@@ -133,6 +133,9 @@ type group struct {
 	// marker is the group's start marker (StreamGroups), held unacked until the group is settled, so a
 	// restarted buffer still times out a group whose rollout died before publishing any member.
 	marker jetstream.Msg
+	// refunded counts the admissions given back while the group waited in the ready list (members that
+	// are missing, masked or stale); settle gives back the rest.
+	refunded int
 }
 
 // Buffer is the replay-buffer.
@@ -456,16 +459,14 @@ func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
 }
 
 // release publishes one batch when the ready groups hold at least BatchSize usable episodes (taking every
-// ready group up to MaxBatchSize), and settles groups that cannot train (too few usable members).
+// ready group up to MaxBatchSize), and settles groups that cannot train (too few usable members). While it
+// waits for more, it still gives the staleness gate back the admissions of everything that will never
+// train: otherwise a replica killed with groups open (their missing members) could hold the gate shut with
+// too few usable episodes ready for a batch, and nothing would move again.
 func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, log zerolog.Logger) error {
 	v := b.version.Load()
 	if v < 0 || len(b.ready) == 0 || (!b.readyChanged && v == b.checkedAt) {
 		return nil
-	}
-	type settled struct {
-		g             *group
-		ok            []proto.Episode
-		masked, stale int
 	}
 	var take []settled
 	var keep []*group
@@ -485,31 +486,86 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		usable += len(ok)
 		take = append(take, settled{g, ok, masked, stale})
 	}
-	if usable > 0 && usable < b.cfg.BatchSize {
-		b.readyChanged, b.checkedAt = false, v
-		return nil // not enough yet: keep everything ready, decide again with more groups or a new version
+	wait := usable > 0 && usable < b.cfg.BatchSize // not enough yet: decide again with more groups or a new version
+	if !wait && usable > 0 && b.queueFull(ctx, js, log) {
+		b.held, wait = true, true // the trainer has enough queued: compose this batch when it can go straight on
 	}
-	if usable > 0 && b.queueFull(ctx, js, log) {
-		b.held = true
-		return nil // the trainer has enough queued: compose this batch when it can go straight on
+	if wait {
+		// Groups with nothing to train (every member masked or stale, or too few left) never will have:
+		// they are settled now, so that their admissions go back to the staleness gate instead of holding
+		// it shut while the buffer waits for usable episodes that only that room would let start.
+		// The same holds for the members of a waiting group that will never train (missing after its
+		// timeout, masked, stale): their admissions are given back now, and settle gives back the rest.
+		var none []settled
+		var refund int64
+		for _, t := range take {
+			if t.ok == nil {
+				none = append(none, t)
+			} else if n := t.g.size - len(t.ok) - t.g.refunded; n > 0 {
+				refund += int64(n)
+			}
+		}
+		if refund > 0 {
+			if err := counter.Refund(ctx, refund); err != nil {
+				return err
+			}
+			for _, t := range take {
+				if n := t.g.size - len(t.ok) - t.g.refunded; t.ok != nil && n > 0 {
+					t.g.refunded += n
+				}
+			}
+		}
+		if len(none) > 0 {
+			if err := b.settle(ctx, counter, none); err != nil {
+				return err
+			}
+			b.ready = slices.DeleteFunc(b.ready, func(g *group) bool {
+				return slices.ContainsFunc(none, func(t settled) bool { return t.g == g })
+			})
+		}
+		if !b.held {
+			b.readyChanged, b.checkedAt = false, v
+		}
+		return nil
 	}
 	var eps []proto.Episode
-	var refund int64
 	for _, t := range take {
 		eps = append(eps, t.ok...)
-		refund += int64(t.g.size - len(t.ok))
 	}
 	if len(eps) > 0 {
 		if err := b.publish(ctx, js, eps, v); err != nil {
 			return err
 		}
 	}
+	if err := b.settle(ctx, counter, take); err != nil {
+		return err
+	}
+	b.ready = keep
+	return nil
+}
+
+// settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
+// how many of the others were masked or stale.
+type settled struct {
+	g             *group
+	ok            []proto.Episode
+	masked, stale int
+}
+
+// settle closes groups that are in a published batch or cannot train: it refunds the admissions of every
+// member that will not reach the trainer, counts why, acks the members and the start marker, and
+// remembers the group id (late and repeated members are then recognised).
+func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []settled) error {
+	var refund int64
+	for _, t := range ts {
+		refund += int64(t.g.size - len(t.ok) - t.g.refunded)
+	}
 	if refund > 0 {
 		if err := counter.Refund(ctx, refund); err != nil {
 			return err
 		}
 	}
-	for _, t := range take {
+	for _, t := range ts {
 		missing := t.g.size - len(t.g.members)
 		small := 0
 		if t.ok == nil {
@@ -539,7 +595,6 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		}
 		b.remember(t.g.id)
 	}
-	b.ready = keep
 	return nil
 }
 

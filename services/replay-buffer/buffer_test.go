@@ -305,6 +305,40 @@ func TestGroupWithTooFewUsableMembersIsDropped(t *testing.T) {
 	}
 }
 
+// A group that cannot train is settled at once, and the members of a waiting group that cannot train are
+// refunded at once, even while the usable episodes wait for a batch: holding their admissions would narrow
+// the staleness gate, and with the gate shut the usable episodes the batch waits for could not start.
+func TestWhatCannotTrainIsRefundedWhileABatchWaits(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(4))
+	m.publish(t, ep("g1", 0, 3, 0), "") // two usable, one masked: 2 < B, so it waits
+	m.publish(t, ep("g1", 1, 3, 0), "")
+	m.publish(t, infra(ep("g1", 2, 3, 0)), "")
+	m.publish(t, infra(ep("g2", 0, 3, 0)), "") // every member masked
+	m.publish(t, infra(ep("g2", 1, 3, 0)), "")
+	m.publish(t, infra(ep("g2", 2, 3, 0)), "")
+	eventually(t, 10*time.Second, "the masked members refunded", func() bool { return m.refunded(t) == 4 })
+	eventually(t, 10*time.Second, "the masked group's members acked", func() bool { return m.pending(t) == 3 })
+	if s := r.b.Stats(); s.Masked != 3 || s.Batches != 0 {
+		t.Fatalf("stats = %+v, want the masked group's 3 counted, no batch yet", s)
+	}
+	// The waiting group goes with the next one, and its masked member is not refunded twice.
+	m.publish(t, ep("g3", 0, 2, 0), "")
+	m.publish(t, ep("g3", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-1", "g3-0", "g3-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if got := m.refunded(t); got != 4 {
+		t.Fatalf("refunded %d, want 4 (the masked group and g1's masked member, once)", got)
+	}
+	if s := r.b.Stats(); s.Masked != 4 || s.Batched != 4 {
+		t.Fatalf("stats = %+v, want 4 masked, 4 batched", s)
+	}
+}
+
 func TestStaleEpisodesAreDropped(t *testing.T) {
 	m := newMesh(t)
 	m.setVersion(t, 5)
@@ -520,5 +554,34 @@ func TestNewValidates(t *testing.T) {
 				t.Fatalf("New error = %v, want ok %v", err, tc.expectedOK)
 			}
 		})
+	}
+}
+
+// The missing members of a timed-out group are refunded when it times out, even when what arrived is too
+// little for a batch: the replica that would have played them is gone, and the batch can fill only with
+// episodes that the refunded room lets other replicas start.
+func TestTimedOutGroupIsRefundedBeforeItsBatch(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 4, Eta: 1, GroupTimeout: time.Second})
+	m.publish(t, ep("g1", 0, 8, 0), "")
+	m.publish(t, ep("g1", 1, 8, 0), "")
+	m.publish(t, ep("g1", 2, 8, 0), "")
+	eventually(t, 10*time.Second, "the 5 missing members refunded", func() bool { return m.refunded(t) == 5 })
+	if n := m.msgs(t, proto.StreamBatches); n != 0 {
+		t.Fatalf("%d batches from 3 usable episodes, want none (B = 4)", n)
+	}
+	m.publish(t, ep("g2", 0, 2, 0), "")
+	m.publish(t, ep("g2", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-1", "g1-2", "g2-0", "g2-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if got := m.refunded(t); got != 5 {
+		t.Fatalf("refunded %d, want 5 (once)", got)
+	}
+	if s := r.b.Stats(); s.Missing != 5 || s.Batched != 5 {
+		t.Fatalf("stats = %+v, want 5 missing, 5 batched", s)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func (m *mesh) start(ctx context.Context, image, alias string, opts ...testconta
 	testcontainers.CleanupContainer(m.t, c)
 	m.t.Cleanup(func() {
 		if m.t.Failed() && c != nil {
-			m.t.Logf("--- last log lines of %s (%s)\n%s", alias, image, logTail(c, 25))
+			m.t.Logf("--- last log lines of %s (%s)\n%s", alias, image, logTail(c, logLines()))
 		}
 	})
 	if err != nil {
@@ -99,6 +100,14 @@ func (m *mesh) start(ctx context.Context, image, alias string, opts ...testconta
 	}
 	m.c[alias] = c
 	return c
+}
+
+// logLines is how many log lines of each container a failed test prints: JETRL_LOG_LINES, 25 unless set.
+func logLines() int {
+	if n, err := strconv.Atoi(os.Getenv("JETRL_LOG_LINES")); err == nil && n > 0 {
+		return n
+	}
+	return 25
 }
 
 // logTail returns the last n lines of a container's log.
@@ -378,12 +387,32 @@ func (m *mesh) waitVersion(ctx context.Context, v int64, within time.Duration, w
 	got := int64(-1)
 	for time.Now().Before(deadline) {
 		if got = m.version(ctx); got >= v {
+			m.t.Logf("%s: version %d after %v", why, got, (within - time.Until(deadline)).Round(time.Second))
 			return got
 		}
 		time.Sleep(time.Second)
 	}
+	m.dumpState()
 	m.t.Fatalf("%s: policy version %d after %v, want >= %d", why, got, within, v)
 	return got
+}
+
+// dumpState logs what every stage reports and the staleness gate's counter, to tell a stalled mesh's
+// stage from the others.
+func (m *mesh) dumpState() {
+	m.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m.t.Logf("staleness gate: %s", m.gateSlack(ctx))
+	for _, s := range []struct {
+		service string
+		n       int
+	}{{"rollout", 2}, {"env", 2}, {"replay-buffer", 1}, {"advantage-normalizer", 1}, {"trainer", 1}} {
+		for _, st := range m.statuses(s.service, s.n) {
+			b, _ := json.Marshal(st)
+			m.t.Logf("status of %s: %s", s.service, b)
+		}
+	}
 }
 
 // weights fetches the weights a version record names from the Object Store.
