@@ -133,29 +133,33 @@ func TestMeshInContainers(t *testing.T) {
 		note(fmt.Sprintf("%v rollout breaker(s) on env-2 opened; v%d to v%d on env-1 alone", sum(m.statuses("rollout", 2), "breaker_opens")-opens, before, after))
 	})
 
-	// (c) kill one rollout replica while it has episodes in flight: the other goes on; the episodes it had
-	// in flight are never published, so they never reach the trainer (counted at the end from the gate's
-	// admissions).
-	var rollDead [2]time.Time
+	// (c) kill one rollout replica while it has episodes in flight, rolloutKills times (restarted in
+	// between): the other goes on each time; the episodes it had in flight are never published, so they
+	// never reach the trainer (counted at the end from the gate's admissions).
+	var rollDead [][2]time.Time
 	step(t, "rollout SIGKILL", func(t *testing.T) {
-		before := m.version(ctx)
-		inFlight := 0.0
-		poll(t, time.Minute, "rollout-2 to have episodes in flight", func() bool {
-			for _, st := range m.statuses("rollout", 2) {
-				if st["id"] == "rollout-2" && number(st, "episodes_in_flight") >= 16 {
-					inFlight = number(st, "episodes_in_flight")
-					return true
+		note := inject(fmt.Sprintf("kill -9 rollout replica rollout-2, %d times", rolloutKills), rolloutKills)
+		var notes []string
+		for i := 0; i < rolloutKills; i++ {
+			inFlight := 0.0
+			poll(t, 2*time.Minute, "rollout-2 to have episodes in flight", func() bool {
+				for _, st := range m.statuses("rollout", 2) {
+					if st["id"] == "rollout-2" && number(st, "episodes_in_flight") >= 16 {
+						inFlight = number(st, "episodes_in_flight")
+						return true
+					}
 				}
-			}
-			return false
-		})
-		note := inject("kill -9 rollout replica rollout-2", 1)
-		m.kill(ctx, "rollout-2")
-		rollDead[0] = time.Now()
-		after := m.waitVersion(ctx, before+5, 2*time.Minute, "training with one rollout replica")
-		m.restart(ctx, "rollout-2")
-		rollDead[1] = time.Now()
-		note(fmt.Sprintf("killed right after its status showed %v episodes in flight; v%d to v%d with rollout-1 alone", inFlight, before, after))
+				return false
+			})
+			before := m.version(ctx)
+			m.kill(ctx, "rollout-2")
+			dead := time.Now()
+			after := m.waitVersion(ctx, before+5, 2*time.Minute, "training with one rollout replica")
+			m.restart(ctx, "rollout-2")
+			rollDead = append(rollDead, [2]time.Time{dead, time.Now()})
+			notes = append(notes, fmt.Sprintf("killed with %v episodes in flight, v%d to v%d with rollout-1 alone", inFlight, before, after))
+		}
+		note(strings.Join(notes, "; "))
 	})
 
 	// (d) stop one NATS node of three (the meta leader, unless that is nats-1): the mesh goes on, the
@@ -267,7 +271,7 @@ func TestMeshInContainers(t *testing.T) {
 	if maskedTrained != 0 {
 		t.Errorf("%d masked episodes of env-2 were trained", maskedTrained)
 	}
-	_, whileDead := l.cutBy("rollout-2", [][2]time.Time{rollDead})
+	_, whileDead := l.cutBy("rollout-2", rollDead)
 	if whileDead != 0 {
 		t.Errorf("%d episodes of rollout-2 were stored while it was dead", whileDead)
 	}
@@ -278,14 +282,15 @@ func TestMeshInContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := int(adm.Started) - len(l.order)
-	if cut <= 0 || cut > rolloutConcurrency {
+	if cut <= 0 || cut > rolloutKills*rolloutConcurrency {
 		t.Errorf("%d episodes admitted and never published (admissions %d, episodes published %d), want between 1 and %d, what the killed replica could have in flight",
-			cut, adm.Started, len(l.order), rolloutConcurrency)
+			cut, adm.Started, len(l.order), rolloutKills*rolloutConcurrency)
 	}
 	// The staleness gate got back every admission that will not reach the trainer: what is outstanding is
 	// what the trainer consumed (trained or dropped stale) plus what the replay-buffer still holds. The
 	// killed replica's cut episodes were refunded when their groups timed out, known from their start
-	// markers; only a replica killed between claiming a group and announcing it could leak that one group.
+	// markers; only a replica killed between claiming a group and announcing it could leak that one group
+	// (per kill).
 	if rec := m.current(ctx); rec == nil {
 		t.Error("no version record at the end")
 	} else {
@@ -298,9 +303,9 @@ func TestMeshInContainers(t *testing.T) {
 		unaccounted := adm.Started - adm.Refunded - rec.EpisodesConsumed - held
 		t.Logf("staleness gate accounting: %d admitted, %d refunded, %d consumed by the trainer, %d held by the replay-buffer: %d unaccounted",
 			adm.Started, adm.Refunded, rec.EpisodesConsumed, held, unaccounted)
-		if unaccounted < 0 || unaccounted > groupSize {
-			t.Errorf("staleness gate: %d admissions unaccounted for (admitted %d, refunded %d, consumed %d, held %d), want 0 (at most one group, %d)",
-				unaccounted, adm.Started, adm.Refunded, rec.EpisodesConsumed, held, groupSize)
+		if unaccounted < 0 || unaccounted > rolloutKills*groupSize {
+			t.Errorf("staleness gate: %d admissions unaccounted for (admitted %d, refunded %d, consumed %d, held %d), want 0 (at most one group per kill of a rollout, %d)",
+				unaccounted, adm.Started, adm.Refunded, rec.EpisodesConsumed, held, rolloutKills*groupSize)
 		}
 	}
 	for i := range windows {

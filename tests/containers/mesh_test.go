@@ -63,6 +63,8 @@ const (
 	groupSize = 8 // the rollouts' default G
 	// rolloutConcurrency is the rollouts' default: the most episodes one replica has in flight.
 	rolloutConcurrency = 64
+	// rolloutKills is how often the test kills a rollout replica (restarting it in between).
+	rolloutKills = 3
 	// groupTimeout releases a group missing members (its rollout was killed); shorter than the default 2m
 	// so that the test's final accounting does not wait long for them.
 	groupTimeout = 45 * time.Second
