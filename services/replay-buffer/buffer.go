@@ -497,32 +497,30 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		// The same holds for the members of a waiting group that will never train (missing after its
 		// timeout, masked, stale): their admissions are given back now, and settle gives back the rest.
 		var none []settled
+		var rest []*group
 		var refund int64
 		for _, t := range take {
 			if t.ok == nil {
 				none = append(none, t)
-			} else if n := t.g.size - len(t.ok) - t.g.refunded; n > 0 {
-				refund += int64(n)
+				continue
 			}
+			refund += t.owed()
+			rest = append(rest, t.g)
 		}
 		if refund > 0 {
 			if err := counter.Refund(ctx, refund); err != nil {
 				return err
 			}
 			for _, t := range take {
-				if n := t.g.size - len(t.ok) - t.g.refunded; t.ok != nil && n > 0 {
-					t.g.refunded += n
+				if t.ok != nil {
+					t.g.refunded = t.g.size - len(t.ok) // what it owed: only stale members can add to it
 				}
 			}
 		}
-		if len(none) > 0 {
-			if err := b.settle(ctx, counter, none); err != nil {
-				return err
-			}
-			b.ready = slices.DeleteFunc(b.ready, func(g *group) bool {
-				return slices.ContainsFunc(none, func(t settled) bool { return t.g == g })
-			})
+		if err := b.settle(ctx, counter, none); err != nil {
+			return err
 		}
+		b.ready = append(rest, keep...)
 		if !b.held {
 			b.readyChanged, b.checkedAt = false, v
 		}
@@ -552,13 +550,16 @@ type settled struct {
 	masked, stale int
 }
 
+// owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
+func (t settled) owed() int64 { return int64(t.g.size - len(t.ok) - t.g.refunded) }
+
 // settle closes groups that are in a published batch or cannot train: it refunds the admissions of every
 // member that will not reach the trainer, counts why, acks the members and the start marker, and
 // remembers the group id (late and repeated members are then recognised).
 func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []settled) error {
 	var refund int64
 	for _, t := range ts {
-		refund += int64(t.g.size - len(t.ok) - t.g.refunded)
+		refund += t.owed()
 	}
 	if refund > 0 {
 		if err := counter.Refund(ctx, refund); err != nil {

@@ -1,7 +1,6 @@
 package builtin
 
 import (
-	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -16,7 +15,7 @@ import (
 )
 
 // TestLearnAllFamilies trains one built-in policy on all five families at once, interleaved (group-normalized
-// REINFORCE as tasktest.Learn), and reports held-out greedy success per family: the multi-task counterpart of
+// REINFORCE, tasktest.GroupGradient), and reports held-out greedy success per family: the multi-task counterpart of
 // each family's learnability test. JETRL_LEARN=1 runs it; JETRL_LEARN_ITERS sets the updates [300].
 func TestLearnAllFamilies(t *testing.T) {
 	if os.Getenv("JETRL_LEARN") != "1" {
@@ -50,27 +49,7 @@ func TestLearnAllFamilies(t *testing.T) {
 			g := i / size
 			eps[i] = tasktest.Play(m, fams[g%len(fams)], proto.SplitTrain, uint64(it*groups+g), rng)
 		}
-		turns := 0
-		for _, e := range eps {
-			turns += len(e.Inputs)
-		}
-		clear(grad)
-		for g := range groups {
-			grp := eps[g*size : (g+1)*size]
-			var avg, sq float64
-			for _, e := range grp {
-				avg += e.Reward / size
-			}
-			for _, e := range grp {
-				sq += (e.Reward - avg) * (e.Reward - avg) / size
-			}
-			for _, e := range grp {
-				adv := (e.Reward - avg) / (math.Sqrt(sq) + 1e-6)
-				for k, in := range e.Inputs {
-					m.AccumulateGrad(in, e.Choices[k], -adv/float64(turns), grad)
-				}
-			}
-		}
+		tasktest.GroupGradient(m, eps, size, grad)
 		if err := adam.Step(m.Weights, grad); err != nil {
 			t.Fatal(err)
 		}

@@ -116,28 +116,11 @@ func Learn(t *testing.T, f task.Family, opt LearnOptions) *policy.Model {
 		eps := make([]Played, groups*size)
 		rngs := [2]*rand.Rand{rand.New(rand.NewPCG(uint64(it), 0)), rand.New(rand.NewPCG(uint64(it), 1))}
 		parallel(len(eps), func(w, i int) { eps[i] = Play(m, f, proto.SplitTrain, uint64(it*groups+i/size), rngs[w]) })
-		turns, mean := 0, 0.0
+		mean := 0.0
 		for _, e := range eps {
-			turns += len(e.Inputs)
 			mean += e.Reward / float64(len(eps))
 		}
-		clear(grad)
-		for g := range groups {
-			grp := eps[g*size : (g+1)*size]
-			var avg, sq float64
-			for _, e := range grp {
-				avg += e.Reward / size
-			}
-			for _, e := range grp {
-				sq += (e.Reward - avg) * (e.Reward - avg) / size
-			}
-			for _, e := range grp {
-				adv := (e.Reward - avg) / (math.Sqrt(sq) + 1e-6)
-				for k, in := range e.Inputs {
-					m.AccumulateGrad(in, e.Choices[k], -adv/float64(turns), grad) // descend −A·log π
-				}
-			}
-		}
+		GroupGradient(m, eps, size, grad)
 		if err := adam.Step(m.Weights, grad); err != nil {
 			t.Fatal(err)
 		}
@@ -155,4 +138,31 @@ func Learn(t *testing.T, f task.Family, opt LearnOptions) *policy.Model {
 		t.Errorf("held-out greedy success %.3f after %v, want at least %.2f", s, opt.Budget, opt.Target)
 	}
 	return m
+}
+
+// GroupGradient sets grad to the gradient of group-normalized REINFORCE over eps, consecutive groups of
+// size episodes of one instance each: each turn's −A·log π, A the episode's reward less its group's mean
+// over the group's standard deviation, averaged over every turn of eps.
+func GroupGradient(m *policy.Model, eps []Played, size int, grad []float64) {
+	turns := 0
+	for _, e := range eps {
+		turns += len(e.Inputs)
+	}
+	clear(grad)
+	for g := 0; g+size <= len(eps); g += size {
+		grp := eps[g : g+size]
+		var avg, sq float64
+		for _, e := range grp {
+			avg += e.Reward / float64(size)
+		}
+		for _, e := range grp {
+			sq += (e.Reward - avg) * (e.Reward - avg) / float64(size)
+		}
+		for _, e := range grp {
+			adv := (e.Reward - avg) / (math.Sqrt(sq) + 1e-6)
+			for k, in := range e.Inputs {
+				m.AccumulateGrad(in, e.Choices[k], -adv/float64(turns), grad) // descend −A·log π
+			}
+		}
+	}
 }
