@@ -148,6 +148,9 @@ type Buffer struct {
 
 	groups map[string]*group
 	ready  []*group // complete (or timed out) groups in completion order
+	// readyIDs indexes ready by group id, so that a member or marker of a group that is already ready
+	// (complete, or timed out) joins it or is counted late instead of opening a second group of that id.
+	readyIDs map[string]*group
 	// readyChanged says ready changed since release last found too few usable episodes in it, at version
 	// checkedAt; release does not look again (sorting every group) until it or the version changes.
 	readyChanged bool
@@ -198,7 +201,7 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	if deps.Conn == nil {
 		return nil, errors.New("replay-buffer: Deps.Conn is required")
 	}
-	b := &Buffer{cfg: cfg, deps: deps, groups: map[string]*group{}, released: map[string]struct{}{}}
+	b := &Buffer{cfg: cfg, deps: deps, groups: map[string]*group{}, readyIDs: map[string]*group{}, released: map[string]struct{}{}}
 	b.version.Store(-1)
 	b.episodes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_episodes_total", Help: "Episodes received, by task and outcome."}, []string{"task", "outcome"})
 	b.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_dropped_total", Help: "Episodes that will not train, by reason."}, []string{"reason"})
@@ -358,6 +361,24 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 		_ = m.Ack()
 		return
 	}
+	if g := b.readyIDs[ep.GroupID]; g != nil {
+		held, dup := g.members[ep.ID]
+		switch {
+		case dup && sameStreamMessage(held.msg, m):
+			g.members[ep.ID] = member{ep: held.ep, msg: m} // a redelivery: its newest delivery is the one to ack
+		case dup:
+			b.count(func(s *Stats) { s.Duplicates++ })
+			b.episodes.WithLabelValues(ep.Task, "duplicate").Inc()
+			_ = m.Ack()
+		default:
+			// A member that arrived after its group timed out, whose admission may already be given back:
+			// the group is decided without it.
+			b.count(func(s *Stats) { s.Late++ })
+			b.episodes.WithLabelValues(ep.Task, "late").Inc()
+			_ = m.Ack()
+		}
+		return
+	}
 	g := b.groups[ep.GroupID]
 	if g == nil {
 		g = &group{id: ep.GroupID, task: ep.Task, size: ep.GroupSize, startVersion: ep.StartVersion, members: map[string]member{}, firstSeen: time.Now()}
@@ -378,9 +399,15 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	g.members[ep.ID] = member{ep: ep, msg: m}
 	b.episodes.WithLabelValues(ep.Task, "received").Inc()
 	if len(g.members) >= g.size {
-		delete(b.groups, g.id)
-		b.ready, b.readyChanged = append(b.ready, g), true
+		b.makeReady(g)
 	}
+}
+
+// makeReady moves a complete or timed-out group from the open groups to the ready list.
+func (b *Buffer) makeReady(g *group) {
+	delete(b.groups, g.id)
+	b.readyIDs[g.id] = g
+	b.ready, b.readyChanged = append(b.ready, g), true
 }
 
 // refuse dead-letters a message that cannot be decoded or validated, counting it.
@@ -410,6 +437,9 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 		return
 	}
 	g := b.groups[gs.GroupID]
+	if g == nil {
+		g = b.readyIDs[gs.GroupID] // its members were all read before its marker
+	}
 	if g == nil {
 		b.count(func(s *Stats) { s.GroupStarts++ })
 		g = &group{id: gs.GroupID, task: gs.Task, size: gs.GroupSize, startVersion: gs.StartVersion, members: map[string]member{}, firstSeen: time.Now(), marker: m}
@@ -452,8 +482,7 @@ func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
 	for id, g := range b.groups {
 		if now.Sub(g.firstSeen) > b.cfg.GroupTimeout {
 			log.Warn().Str("group", id).Int("have", len(g.members)).Int("want", g.size).Msg("group timed out; releasing what arrived")
-			delete(b.groups, id)
-			b.ready, b.readyChanged = append(b.ready, g), true
+			b.makeReady(g)
 		}
 	}
 }
@@ -594,6 +623,7 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 		if t.g.marker != nil {
 			_ = t.g.marker.Ack()
 		}
+		delete(b.readyIDs, t.g.id)
 		b.remember(t.g.id)
 	}
 	return nil

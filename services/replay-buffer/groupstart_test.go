@@ -108,3 +108,29 @@ func TestMalformedMarkerIsDeadLettered(t *testing.T) {
 		t.Fatalf("%d markers pending, want 0", n)
 	}
 }
+
+// A marker read after all its group's members (the two consumers are read independently) joins the ready
+// group and is acked with it; it does not open a second group that would time out and be refunded.
+func TestMarkerAfterItsCompleteGroupJoinsIt(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 4, Eta: 1, GroupTimeout: time.Second})
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "the group's members held", func() bool { return r.b.Stats().Received == 2 })
+	m.announce(t, start("g1", 2))
+	time.Sleep(2500 * time.Millisecond) // past the group timeout: a second group of that id would be refunded
+	if got := m.refunded(t); got != 0 {
+		t.Fatalf("refunded %d for a complete group waiting for its batch, want 0", got)
+	}
+	m.publish(t, ep("g2", 0, 2, 0), "")
+	m.publish(t, ep("g2", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	eventually(t, 10*time.Second, "episodes and the marker acked", func() bool { return m.pending(t) == 0 && m.markersPending(t) == 0 })
+	if got := m.refunded(t); got != 0 {
+		t.Fatalf("refunded %d, want 0", got)
+	}
+	if s := r.b.Stats(); s.Batched != 4 || s.GroupStarts != 1 || s.PendingGroups != 0 {
+		t.Fatalf("stats = %+v, want 4 batched, 1 group start", s)
+	}
+}
