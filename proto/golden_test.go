@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/jetrl/jetrl/proto"
@@ -28,6 +29,7 @@ var golden = []struct {
 		Episodes: []proto.TrainEpisode{{Episode: *sampleEpisode(), Advantages: []float64{0.5, 0.5}}},
 		Tasks:    map[string]proto.TaskStat{"alfworld": {Episodes: 1, Successes: 1, MeanReward: 1, AdvMean: 0.25, AdvStd: 0.5}}}, func() any { return &proto.TrainBatch{} }},
 	{"policy_version.msgpack", &proto.PolicyVersion{Schema: proto.SchemaVersion, Version: 42, Object: "policy-42", Size: 1048612, SHA256: "ab12", EpisodesTrained: 2688, EpisodesConsumed: 2950, BatchID: "b-0123456789abcdef01234567", PublishedAt: 1764474000000000000}, func() any { return &proto.PolicyVersion{} }},
+	{"rollout_heartbeat.msgpack", &proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: "r1", Groups: []string{"g1", "g2"}, SentAt: 1764474000000000000}, func() any { return &proto.RolloutHeartbeat{} }},
 	{"group_start.msgpack", &proto.GroupStart{Schema: proto.SchemaVersion, GroupID: "g1", Task: "alfworld", GroupSize: 8, StartVersion: 41, RolloutID: "r1", StartedAt: 1764474000000000000}, func() any { return &proto.GroupStart{} }},
 	{"env_start_request.msgpack", &proto.EnvStartRequest{Schema: proto.SchemaVersion, Task: "alfworld", Split: "heldout", Seed: 7, EpisodeID: "g1-0"}, func() any { return &proto.EnvStartRequest{} }},
 	{"env_step_request.msgpack", &proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h1-1", Call: proto.ToolCall{Name: "take_action", Arguments: `{"action":"go to fridge 1"}`}}, func() any { return &proto.EnvStepRequest{} }},
@@ -178,5 +180,37 @@ func TestErrorFromWire(t *testing.T) {
 	}
 	if got := proto.ErrorFromWire("something else"); got != proto.ErrInternal {
 		t.Errorf("unknown description mapped to %v", got)
+	}
+}
+
+func TestRolloutHeartbeatValidate(t *testing.T) {
+	cases := []struct {
+		name     string
+		given    func(*proto.RolloutHeartbeat)
+		expected error
+	}{
+		{"valid", func(*proto.RolloutHeartbeat) {}, nil},
+		{"no groups", func(h *proto.RolloutHeartbeat) { h.Groups = nil }, nil},
+		{"most groups", func(h *proto.RolloutHeartbeat) { h.Groups = make([]string, proto.MaxHeartbeatGroups); fillGroupIDs(h.Groups) }, nil},
+		{"too many groups", func(h *proto.RolloutHeartbeat) { h.Groups = make([]string, proto.MaxHeartbeatGroups+1); fillGroupIDs(h.Groups) }, proto.ErrMalformed},
+		{"wrong schema", func(h *proto.RolloutHeartbeat) { h.Schema = 1 }, proto.ErrSchema},
+		{"no rollout id", func(h *proto.RolloutHeartbeat) { h.RolloutID = "" }, proto.ErrMalformed},
+		{"empty group id", func(h *proto.RolloutHeartbeat) { h.Groups = []string{"g1", ""} }, proto.ErrMalformed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: "r1", Groups: []string{"g1", "g2"}}
+			c.given(&h)
+			err := h.Validate()
+			if (c.expected == nil) != (err == nil) || (c.expected != nil && !errors.Is(err, c.expected)) {
+				t.Fatalf("error %v, expected %v", err, c.expected)
+			}
+		})
+	}
+}
+
+func fillGroupIDs(ids []string) {
+	for i := range ids {
+		ids[i] = "g" + strconv.Itoa(i)
 	}
 }

@@ -364,6 +364,38 @@ func (g *GroupStart) Validate() error {
 	return nil
 }
 
+// MaxHeartbeatGroups is the most group ids one RolloutHeartbeat lists; a replica with more open groups
+// sends several heartbeats per beat.
+const MaxHeartbeatGroups = 4096
+
+// RolloutHeartbeat is a rollout replica's periodic list of the groups it has admitted and not yet finished
+// publishing (SubjectRolloutHeartbeat); a replica with more than MaxHeartbeatGroups splits its list over
+// several messages, each standing alone.
+type RolloutHeartbeat struct {
+	Schema    int      `msgpack:"schema"`
+	RolloutID string   `msgpack:"rollout_id"`
+	Groups    []string `msgpack:"groups"`
+	SentAt    int64    `msgpack:"sent_at"`
+}
+
+// Validate rejects a heartbeat the replay-buffer cannot use.
+func (h *RolloutHeartbeat) Validate() error {
+	switch {
+	case h.Schema != SchemaVersion:
+		return fmt.Errorf("%w: rollout heartbeat schema %d, want %d", ErrSchema, h.Schema, SchemaVersion)
+	case h.RolloutID == "":
+		return fmt.Errorf("%w: rollout heartbeat needs rollout_id", ErrMalformed)
+	case len(h.Groups) > MaxHeartbeatGroups:
+		return fmt.Errorf("%w: rollout heartbeat of %s lists %d groups, at most %d", ErrMalformed, h.RolloutID, len(h.Groups), MaxHeartbeatGroups)
+	}
+	for _, g := range h.Groups {
+		if g == "" {
+			return fmt.Errorf("%w: rollout heartbeat of %s lists an empty group id", ErrMalformed, h.RolloutID)
+		}
+	}
+	return nil
+}
+
 // Admission is the staleness gate's counter under BucketAdmission/KeyAdmission, updated by compare-and-set.
 // Started counts training episodes admitted by all rollout replicas; Refunded counts those that will never
 // reach the trainer (infrastructure failures, staleness drops), so they do not hold the gate shut.

@@ -76,6 +76,11 @@ const (
 // TrainStepMsgID is the dedup id of the step event of one policy version.
 func TrainStepMsgID(version int64) string { return "train-v" + strconv.FormatInt(version, 10) }
 
+// SubjectRolloutHeartbeat carries each rollout replica's RolloutHeartbeat about once a second (core NATS):
+// the groups it still plays. The replay-buffer releases a group early, without waiting for the group
+// timeout, once its replica stops listing it (the replica died or restarted) or stops beating.
+const SubjectRolloutHeartbeat = "jetrl.rollout.heartbeat"
+
 // SubjectStatus is the status endpoint of one service (request/reply, JSON reply).
 func SubjectStatus(service string) string { return "jetrl.status." + service }
 

@@ -32,8 +32,11 @@ const (
 	DefaultBatchSize    = 64
 	DefaultEta          = 2
 	DefaultGroupTimeout = 2 * time.Minute
-	DefaultMinGroup     = 2
-	DefaultMaxQueued    = 2
+	// DefaultReplicaTimeout is how long a rollout replica that heartbeats may go without listing one of its
+	// open groups (or without beating at all) before the group is released.
+	DefaultReplicaTimeout = 10 * time.Second
+	DefaultMinGroup       = 2
+	DefaultMaxQueued      = 2
 	// queueRecheck is how soon a release held back by MaxQueued looks at the queue again, doubling up to
 	// queueRecheckMax while it stays held; a new trainer version (the trainer acks its batch right after
 	// publishing it) starts again from queueRecheck.
@@ -59,6 +62,11 @@ type Config struct {
 	Eta int
 	// GroupTimeout releases a group that is still missing members (their rollout died) after this long.
 	GroupTimeout time.Duration
+	// ReplicaTimeout releases a group sooner when its rollout replica heartbeats (proto.RolloutHeartbeat)
+	// and has not listed the group for this long, or has stopped beating this long ago: the replica died,
+	// or restarted and lost the group. A replica never heard from is left to GroupTimeout. Default 10s;
+	// negative: only GroupTimeout.
+	ReplicaTimeout time.Duration
 	// MinGroup is the fewest usable members a group needs to train (GRPO needs two to compare).
 	MinGroup int
 	// MaxQueued bounds the batches released and not yet applied by the trainer (waiting at the
@@ -85,6 +93,9 @@ func (c *Config) SetDefaults() {
 	if c.MinGroup == 0 {
 		c.MinGroup = DefaultMinGroup
 	}
+	if c.ReplicaTimeout == 0 {
+		c.ReplicaTimeout = DefaultReplicaTimeout
+	}
 	if c.MaxQueued == 0 {
 		c.MaxQueued = DefaultMaxQueued
 	}
@@ -108,6 +119,9 @@ func (c *Config) Validate() error {
 	if c.MinGroup < 1 {
 		errs = append(errs, fmt.Errorf("replay-buffer: min group %d must be at least 1", c.MinGroup))
 	}
+	if c.ReplicaTimeout > 0 && c.ReplicaTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("replay-buffer: replica timeout %v must be at least 1s (negative: off)", c.ReplicaTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -125,7 +139,16 @@ type member struct {
 
 type group struct {
 	id, task string
-	size     int
+	// rollout is the replica that plays the group (from its marker or first member).
+	rollout string
+	size    int
+	// cutoff is the episodes stream's last sequence once the group had gone unlisted by its replica's
+	// heartbeat for a while since listedAt, its last listing (cutoffSet): every member the replica
+	// published is at or before it, so once the buffer has read that far, a member still missing will not
+	// come.
+	cutoff    uint64
+	cutoffSet bool
+	listedAt  time.Time
 	// startVersion is the version the group was admitted under (its members' StartVersion).
 	startVersion int64
 	members      map[string]member
@@ -148,6 +171,13 @@ type Buffer struct {
 
 	groups map[string]*group
 	ready  []*group // complete (or timed out) groups in completion order
+	// live is what the rollout replicas' heartbeats said about the open groups.
+	live liveness
+	// read is the highest episodes stream sequence received; redeliveryUntil is when the episodes a previous
+	// buffer held unacked have all come back (they are redelivered within ackWait): no group is released
+	// on a heartbeat before then, since its members may be among them.
+	read            uint64
+	redeliveryUntil time.Time
 	// readyIDs indexes ready by group id, so that a member or marker of a group that is already ready
 	// (complete, or timed out) joins it or is counted late instead of opening a second group of that id.
 	readyIDs map[string]*group
@@ -167,24 +197,30 @@ type Buffer struct {
 	mu    sync.Mutex
 	stats Stats
 
-	episodes, dropped *prometheus.CounterVec
-	batches           prometheus.Counter
-	staleness         prometheus.Histogram
-	pending           prometheus.Gauge
+	episodes, dropped             *prometheus.CounterVec
+	batches                       prometheus.Counter
+	orphanedGroups, badHeartbeats prometheus.Counter
+	staleness                     prometheus.Histogram
+	pending                       prometheus.Gauge
 }
 
 // Stats are the buffer's counters.
 type Stats struct {
-	Received      int64 `json:"episodes_received"`
-	Batched       int64 `json:"episodes_batched"`
-	Batches       int64 `json:"batches_released"`
-	DroppedStale  int64 `json:"dropped_stale"`
-	Masked        int64 `json:"masked_infra"`
-	DroppedGroup  int64 `json:"dropped_small_group"`
-	Missing       int64 `json:"missing_timeout"`
-	Duplicates    int64 `json:"duplicates"`
-	Late          int64 `json:"late"`
-	GroupStarts   int64 `json:"group_starts"`
+	Received     int64 `json:"episodes_received"`
+	Batched      int64 `json:"episodes_batched"`
+	Batches      int64 `json:"batches_released"`
+	DroppedStale int64 `json:"dropped_stale"`
+	Masked       int64 `json:"masked_infra"`
+	DroppedGroup int64 `json:"dropped_small_group"`
+	Missing      int64 `json:"missing_timeout"`
+	Duplicates   int64 `json:"duplicates"`
+	Late         int64 `json:"late"`
+	GroupStarts  int64 `json:"group_starts"`
+	// Orphaned counts groups released before their group timeout because their rollout replica no longer
+	// plays them (see Config.ReplicaTimeout).
+	Orphaned int64 `json:"orphaned_groups"`
+	// BadHeartbeats counts rollout heartbeats that could not be decoded or validated (ignored).
+	BadHeartbeats int64 `json:"malformed_heartbeats"`
 	DeadLettered  int64 `json:"dead_lettered"`
 	MaxStaleness  int64 `json:"max_staleness"`
 	PendingGroups int   `json:"pending_groups"`
@@ -208,8 +244,10 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	b.batches = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_batches_total", Help: "Batches released."})
 	b.staleness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_replay_staleness_versions", Help: "Staleness of batched episodes at release, in versions.", Buckets: prometheus.LinearBuckets(0, 1, 10)})
 	b.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_replay_pending_groups", Help: "Groups held, complete or not."})
+	b.orphanedGroups = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_groups_orphaned_total", Help: "Groups released before their timeout because their rollout replica no longer plays them."})
+	b.badHeartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_heartbeats_malformed_total", Help: "Rollout heartbeats that could not be decoded or validated."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending} {
+		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("replay-buffer metrics: %w", err)
 			}
@@ -257,6 +295,12 @@ func (b *Buffer) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
+	// Heartbeats are taken on the subscription's goroutine, so a busy run loop does not age them.
+	beats, err := b.deps.Conn.Subscribe(proto.SubjectRolloutHeartbeat, func(m *nats.Msg) { b.heartbeat(m, time.Now(), log) })
+	if err != nil {
+		return fmt.Errorf("replay-buffer heartbeat subscription: %w", err)
+	}
+	defer func() { _ = beats.Unsubscribe() }()
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan error, 1)
@@ -301,6 +345,23 @@ func (b *Buffer) Run(ctx context.Context) error {
 	}
 	defer sc.Stop()
 
+	if cons.CachedInfo().NumAckPending > 0 || starts.CachedInfo().NumAckPending > 0 {
+		b.redeliveryUntil = time.Now().Add(ackWait)
+	}
+	episodes, err := js.Stream(ctx, proto.StreamEpisodes)
+	if err != nil {
+		return fmt.Errorf("replay-buffer: %w", err)
+	}
+	lastSeq := func() (uint64, error) {
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		info, err := episodes.Info(ictx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.LastSeq, nil
+	}
+
 	b.running.Store(true)
 	defer b.running.Store(false)
 	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Int("max_queued", b.cfg.MaxQueued).Msg("replay-buffer started")
@@ -322,7 +383,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 		case <-newVersion:
 			backoff = queueRecheck
 		case now := <-tick.C:
-			b.timeout(now, log)
+			b.timeout(now, lastSeq, log)
 			if now.Sub(lastKeep) >= ackWait/3 {
 				b.keepAlive()
 				lastKeep = now
@@ -344,6 +405,9 @@ func (b *Buffer) Run(ctx context.Context) error {
 }
 
 func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
+	if md, err := m.Metadata(); err == nil {
+		b.read = max(b.read, md.Sequence.Stream)
+	}
 	var ep proto.Episode
 	err := codec.Unmarshal(m.Data(), &ep)
 	if err == nil {
@@ -381,7 +445,7 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	}
 	g := b.groups[ep.GroupID]
 	if g == nil {
-		g = &group{id: ep.GroupID, task: ep.Task, size: ep.GroupSize, startVersion: ep.StartVersion, members: map[string]member{}, firstSeen: time.Now()}
+		g = &group{id: ep.GroupID, task: ep.Task, rollout: ep.RolloutID, size: ep.GroupSize, startVersion: ep.StartVersion, members: map[string]member{}, firstSeen: time.Now()}
 		b.groups[ep.GroupID] = g
 	}
 	if held, dup := g.members[ep.ID]; dup {
@@ -442,7 +506,7 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 	}
 	if g == nil {
 		b.count(func(s *Stats) { s.GroupStarts++ })
-		g = &group{id: gs.GroupID, task: gs.Task, size: gs.GroupSize, startVersion: gs.StartVersion, members: map[string]member{}, firstSeen: time.Now(), marker: m}
+		g = &group{id: gs.GroupID, task: gs.Task, rollout: gs.RolloutID, size: gs.GroupSize, startVersion: gs.StartVersion, members: map[string]member{}, firstSeen: time.Now(), marker: m}
 		b.groups[gs.GroupID] = g
 		return
 	}
@@ -477,14 +541,131 @@ func sameStreamMessage(a, b jetstream.Msg) bool {
 	return errA == nil && errB == nil && ma.Stream == mb.Stream && ma.Sequence.Stream == mb.Sequence.Stream
 }
 
-// timeout moves groups that have waited too long for missing members to the ready list.
-func (b *Buffer) timeout(now time.Time, log zerolog.Logger) {
+// timeout moves groups that have waited too long for missing members to the ready list: after the group
+// timeout, or sooner when their rollout replica no longer plays them (see orphaned).
+func (b *Buffer) timeout(now time.Time, lastSeq func() (uint64, error), log zerolog.Logger) {
+	var seq uint64
+	var seqErr error
+	fetched := false
+	once := func() (uint64, error) { // one stream info per tick at most
+		if !fetched {
+			seq, seqErr = lastSeq()
+			fetched = true
+		}
+		return seq, seqErr
+	}
 	for id, g := range b.groups {
-		if now.Sub(g.firstSeen) > b.cfg.GroupTimeout {
+		switch {
+		case now.Sub(g.firstSeen) > b.cfg.GroupTimeout:
 			log.Warn().Str("group", id).Int("have", len(g.members)).Int("want", g.size).Msg("group timed out; releasing what arrived")
+			b.makeReady(g)
+		case b.orphaned(g, now, once, log):
+			log.Warn().Str("group", id).Str("rollout", g.rollout).Int("have", len(g.members)).Int("want", g.size).
+				Msg("group's rollout replica no longer plays it; releasing what arrived")
+			b.count(func(s *Stats) { s.Orphaned++ })
+			b.orphanedGroups.Inc()
 			b.makeReady(g)
 		}
 	}
+	if b.cfg.ReplicaTimeout > 0 {
+		b.live.prune(now, 2*b.cfg.ReplicaTimeout, b.cfg.GroupTimeout+b.cfg.ReplicaTimeout)
+	}
+}
+
+// orphaned reports whether an open group's members that have not arrived never will, before its group
+// timeout: its rollout replica, heard from, has not listed it in a heartbeat for ReplicaTimeout (counted
+// from when the buffer first saw the group if that is later: the replica died, or finished the group, or
+// restarted without it), and the buffer has read the episodes stream as far as it reached once the group
+// had gone unlisted for a quarter of that. Every member the replica published is stored by then, so a
+// member still missing is not waiting to be read behind others. A group of a replica never heard from,
+// and any group while a previous buffer's episodes are being redelivered, waits for the group timeout.
+func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error), log zerolog.Logger) bool {
+	if b.cfg.ReplicaTimeout <= 0 || now.Before(b.redeliveryUntil) {
+		return false
+	}
+	listed, heard := b.live.lastListed(g.rollout, g.id)
+	if !heard {
+		return false
+	}
+	if !listed.Equal(g.listedAt) {
+		g.listedAt, g.cutoffSet = listed, false // listed again since the cutoff was taken
+	}
+	unlisted := now.Sub(listed)
+	if g.firstSeen.After(listed) {
+		unlisted = now.Sub(g.firstSeen) // the replica was alive when it admitted the group
+	}
+	if unlisted <= b.cfg.ReplicaTimeout/4 {
+		return false
+	}
+	if !g.cutoffSet {
+		seq, err := lastSeq()
+		if err != nil {
+			log.Debug().Err(err).Msg("episodes stream info; no group released on a heartbeat this time")
+			return false
+		}
+		g.cutoff, g.cutoffSet = seq, true
+	}
+	return unlisted > b.cfg.ReplicaTimeout && b.read >= g.cutoff
+}
+
+// heartbeat takes a rollout replica's list of the groups it still plays.
+func (b *Buffer) heartbeat(m *nats.Msg, now time.Time, log zerolog.Logger) {
+	var hb proto.RolloutHeartbeat
+	err := codec.Unmarshal(m.Data, &hb)
+	if err == nil {
+		err = hb.Validate()
+	}
+	if err != nil {
+		b.count(func(s *Stats) { s.BadHeartbeats++ })
+		b.badHeartbeats.Inc()
+		log.Warn().Err(err).Int("bytes", len(m.Data)).Msg("rollout heartbeat ignored")
+		return
+	}
+	b.live.beat(hb, now)
+}
+
+// liveness is what rollout heartbeats said: when each replica last beat, and when each group was last
+// listed. The heartbeat subscription writes it; the run loop reads it.
+type liveness struct {
+	mu     sync.Mutex
+	beats  map[string]time.Time // rollout replica id -> its last heartbeat
+	listed map[string]time.Time // group id -> the last heartbeat that listed it
+}
+
+func (l *liveness) beat(hb proto.RolloutHeartbeat, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.beats == nil {
+		l.beats, l.listed = map[string]time.Time{}, map[string]time.Time{}
+	}
+	l.beats[hb.RolloutID] = now
+	for _, id := range hb.Groups {
+		l.listed[id] = now
+	}
+}
+
+// lastListed is when replica rollout last listed group id in a heartbeat (the Unix epoch if it never did, or
+// not within the time liveness remembers); heard is false when the replica has not beaten since the
+// buffer started.
+func (l *liveness) lastListed(rollout, id string) (last time.Time, heard bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, heard := l.beats[rollout]; !heard {
+		return time.Time{}, false
+	}
+	last, ok := l.listed[id]
+	if !ok {
+		return time.Unix(0, 0), true
+	}
+	return last, true
+}
+
+// prune forgets groups not listed for longer than groups, and replicas silent for longer than replicas.
+func (l *liveness) prune(now time.Time, groups, replicas time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps.DeleteFunc(l.listed, func(_ string, t time.Time) bool { return now.Sub(t) > groups })
+	maps.DeleteFunc(l.beats, func(_ string, t time.Time) bool { return now.Sub(t) > replicas })
 }
 
 // release publishes one batch when the ready groups hold at least BatchSize usable episodes (taking every

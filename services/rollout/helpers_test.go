@@ -12,6 +12,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/env/task/builtin"
+	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
@@ -91,7 +92,12 @@ type host struct {
 
 func (m *mesh) startHost(t *testing.T) *host {
 	t.Helper()
-	h, err := env.New(env.Config{}, env.Deps{Conn: m.conn(t), Families: builtin.Registry(), Log: zerolog.Nop()})
+	return m.startHostWith(t, env.Config{})
+}
+
+func (m *mesh) startHostWith(t *testing.T, cfg env.Config) *host {
+	t.Helper()
+	h, err := env.New(cfg, env.Deps{Conn: m.conn(t), Families: builtin.Registry(), Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,4 +210,29 @@ func (m *mesh) episodes(t *testing.T) []proto.Episode {
 		out = append(out, ep)
 	}
 	return out
+}
+
+// run starts r.Run and returns stop, which cancels it and fails the test unless Run returns nil within
+// 20 s; stop is idempotent and also runs at cleanup.
+func run(t *testing.T, r *rollout.Rollout) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Error("Run did not return after cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,8 @@ const (
 	DefaultConcurrency  = 64
 	DefaultStaleEvery   = 25
 	DefaultDrainTimeout = 10 * time.Second
+	// DefaultHeartbeatEvery is how often a replica lists its open groups on proto.SubjectRolloutHeartbeat.
+	DefaultHeartbeatEvery = time.Second
 	// DefaultAdaptiveFloor is the least share of its weight an adaptive schedule leaves a task.
 	DefaultAdaptiveFloor = 0.1
 )
@@ -73,6 +77,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// DrainTimeout is how long shutdown lets episodes in flight finish before they are cut short.
 	DrainTimeout time.Duration
+	// HeartbeatEvery is how often the replica publishes the groups it still plays (a RolloutHeartbeat),
+	// so the replay-buffer can release the open groups of a replica that died without waiting for its
+	// group timeout.
+	HeartbeatEvery time.Duration
 }
 
 // SetDefaults fills unset fields.
@@ -100,6 +108,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.AdaptiveFloor == 0 {
 		c.AdaptiveFloor = DefaultAdaptiveFloor
+	}
+	if c.HeartbeatEvery == 0 {
+		c.HeartbeatEvery = DefaultHeartbeatEvery
 	}
 }
 
@@ -135,6 +146,9 @@ func (c *Config) Validate() error {
 	if c.CheckpointObject != "" && (!(c.CheckpointProb > 0) || c.CheckpointProb+c.StaleProb >= 1) {
 		errs = append(errs, fmt.Errorf("rollout: checkpoint probability %v must be positive and, with the stale probability %v, below 1", c.CheckpointProb, c.StaleProb))
 	}
+	if c.HeartbeatEvery < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("rollout: heartbeat interval %v must be at least 10ms", c.HeartbeatEvery))
+	}
 	if c.CheckpointObject == "" && c.CheckpointProb != 0 {
 		errs = append(errs, errors.New("rollout: a checkpoint probability without a checkpoint object"))
 	}
@@ -156,10 +170,16 @@ type Rollout struct {
 
 	running  atomic.Bool
 	inflight atomic.Int64
+	// open holds the groups admitted and not finished publishing, listed in every heartbeat.
+	open struct {
+		sync.Mutex
+		ids map[string]struct{}
+	}
 	schedule atomic.Pointer[TaskSchedule]
 
 	published, infra, breakerChanges *prometheus.CounterVec
 	turns, unpublished, loadRetries  prometheus.Counter
+	heartbeatsFailed                 prometheus.Counter
 	startsUnannounced                prometheus.Counter
 	gateWait                         prometheus.Histogram
 	version                          prometheus.Gauge
@@ -185,11 +205,12 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	r.breakerChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_rollout_breaker_changes_total", Help: "Env host circuit breaker state changes, by new state."}, []string{"to"})
 	r.loadRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_weights_load_retries_total", Help: "Failed attempts to load a published version's weights (retried)."})
 	r.startsUnannounced = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_group_starts_unannounced_total", Help: "Groups whose start marker could not be published (they still play and publish)."})
+	r.heartbeatsFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_heartbeats_failed_total", Help: "Heartbeat messages that could not be published."})
 	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
 	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced} {
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced, r.heartbeatsFailed} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("rollout metrics: %w", err)
 			}
@@ -261,6 +282,15 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}
 	defer func() { _ = svc.Stop() }()
 
+	// The heartbeat goes on while episodes drain, and stops when Run returns.
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	beatDone := make(chan struct{})
+	go func() {
+		defer close(beatDone)
+		r.heartbeat(beatCtx, log)
+	}()
+	defer func() { stopBeat(); <-beatDone }()
+
 	// The version watcher and the episode workers are owned here and stopped before Run returns.
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
@@ -316,9 +346,10 @@ func (r *Rollout) Run(ctx context.Context) error {
 		task := schedule.Next()
 		groupID := nuid.Next()
 		seed := rng.Uint64()
+		r.opened(groupID)
 		r.announce(ctx, js, proto.GroupStart{Schema: proto.SchemaVersion, GroupID: groupID, Task: task, GroupSize: r.cfg.GroupSize,
 			StartVersion: v, RolloutID: r.cfg.ID, StartedAt: time.Now().UnixNano()}, log)
-		outcome := &groupOutcome{task: task, left: r.cfg.GroupSize, schedule: schedule}
+		outcome := &groupOutcome{task: task, left: r.cfg.GroupSize, schedule: schedule, done: func() { r.closed(groupID) }}
 		for k := 0; k < r.cfg.GroupSize; k++ {
 			spec := EpisodeSpec{
 				ID: fmt.Sprintf("%s-%d", groupID, k), GroupID: groupID, GroupSize: r.cfg.GroupSize,
@@ -429,11 +460,58 @@ func (r *Rollout) announce(ctx context.Context, js jetstream.JetStream, start pr
 	log.Warn().Err(err).Str("group", start.GroupID).Msg("group start marker not published; the group plays on")
 }
 
+// opened and closed keep the heartbeat's list of open groups: a group is open from its admission until
+// the last of its episodes is published (or given up at shutdown).
+func (r *Rollout) opened(groupID string) {
+	r.open.Lock()
+	defer r.open.Unlock()
+	if r.open.ids == nil {
+		r.open.ids = map[string]struct{}{}
+	}
+	r.open.ids[groupID] = struct{}{}
+}
+
+func (r *Rollout) closed(groupID string) {
+	r.open.Lock()
+	defer r.open.Unlock()
+	delete(r.open.ids, groupID)
+}
+
+// heartbeat publishes the open groups every HeartbeatEvery (at once, then on each tick) until ctx ends.
+func (r *Rollout) heartbeat(ctx context.Context, log zerolog.Logger) {
+	tick := time.NewTicker(r.cfg.HeartbeatEvery)
+	defer tick.Stop()
+	for {
+		r.open.Lock()
+		ids := slices.Collect(maps.Keys(r.open.ids))
+		r.open.Unlock()
+		for part := 0; part == 0 || len(ids) > 0; part++ {
+			n := min(len(ids), proto.MaxHeartbeatGroups)
+			hb := proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: r.cfg.ID, Groups: ids[:n], SentAt: time.Now().UnixNano()}
+			ids = ids[n:]
+			data, err := codec.Marshal(hb, 0)
+			if err == nil {
+				err = r.deps.Conn.Publish(proto.SubjectRolloutHeartbeat, data)
+			}
+			if err != nil {
+				r.heartbeatsFailed.Inc()
+				log.Debug().Err(err).Msg("heartbeat not published")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // groupOutcome collects the outcomes of one group's episodes and, when the last is in, tells the schedule
-// whether the group carried a learning signal.
+// whether the group carried a learning signal (and calls done).
 type groupOutcome struct {
 	task     string
 	schedule *TaskSchedule
+	done     func()
 
 	mu       sync.Mutex
 	left     int
@@ -452,7 +530,10 @@ func (g *groupOutcome) add(ep proto.Episode) {
 		g.outcomes[[2]any{ep.Reward, ep.Status == proto.StatusTurnLimit || ep.Status == proto.StatusInvalidAction}] = true
 		g.rewards = append(g.rewards, ep.Reward)
 	}
-	if g.left--; g.left == 0 && len(g.rewards) > 0 {
+	if g.left--; g.left == 0 && g.done != nil {
+		g.done()
+	}
+	if g.left == 0 && len(g.rewards) > 0 {
 		mean := 0.0
 		for _, r := range g.rewards {
 			mean += r

@@ -2,7 +2,6 @@ package rollout_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -28,26 +27,7 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	}
-	t.Cleanup(stop)
+	stop := run(t, r)
 
 	eventually(t, 20*time.Second, "8 episodes", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 8 })
 	// The gate is shut at 8 until the version moves: no ninth episode starts.
@@ -164,6 +144,8 @@ func TestNewValidates(t *testing.T) {
 		{"checkpoint and stale probabilities reach 1", func(c *rollout.Config) { c.StaleProb, c.CheckpointObject, c.CheckpointProb = 0.5, "pool/x", 0.5 }, m.nc, false},
 		{"checkpoint probability without checkpoint", func(c *rollout.Config) { c.CheckpointProb = 0.1 }, m.nc, false},
 		{"negative concurrency", func(c *rollout.Config) { c.Concurrency = -1 }, m.nc, false},
+		{"heartbeat under 10ms", func(c *rollout.Config) { c.HeartbeatEvery = time.Millisecond }, m.nc, false},
+		{"negative heartbeat", func(c *rollout.Config) { c.HeartbeatEvery = -time.Second }, m.nc, false},
 		{"no connection", func(*rollout.Config) {}, nil, false},
 	}
 	for _, tc := range tests {
@@ -210,14 +192,9 @@ func TestRolloutPlaysWithACheckpointMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	stop := run(t, r)
 	eventually(t, 20*time.Second, "8 episodes", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 8 })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run returned %v", err)
-	}
+	stop()
 	byPolicy := map[string]int{}
 	for _, ep := range m.episodes(t) {
 		for _, turn := range ep.Turns {

@@ -159,6 +159,15 @@ func TestMeshInContainers(t *testing.T) {
 			rollDead = append(rollDead, [2]time.Time{dead, time.Now()})
 			notes = append(notes, fmt.Sprintf("killed with %v episodes in flight, v%d to v%d with rollout-1 alone", inFlight, before, after))
 		}
+		// Each kill left groups open at the replay-buffer; their replica stopped listing them in its
+		// heartbeat (dead, then restarted without them), so they are released after the replica timeout
+		// (10 s), well before the group timeout.
+		orphaned := 0.0
+		eventually(t, groupTimeout, "the killed replica's open groups released on its heartbeat", func() bool {
+			orphaned = sum(m.statuses("replay-buffer", 1), "orphaned_groups")
+			return orphaned >= rolloutKills
+		})
+		notes = append(notes, fmt.Sprintf("%v of its open groups released on its heartbeat before the group timeout", orphaned))
 		note(strings.Join(notes, "; "))
 	})
 

@@ -11,17 +11,18 @@ import (
 
 type cli struct {
 	config.Common
-	BatchSize    int           `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
-	MaxBatchSize int           `name:"max-batch-size" env:"JETRL_MAX_BATCH_SIZE" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
-	Eta          int           `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
-	GroupTimeout time.Duration `name:"group-timeout" env:"JETRL_GROUP_TIMEOUT" default:"2m" help:"Release a group missing members after this long."`
-	MaxQueued    int           `name:"max-queued" env:"JETRL_MAX_QUEUED" default:"2" help:"Most batches released and not yet applied by the trainer (negative: no bound)."`
+	BatchSize      int           `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
+	MaxBatchSize   int           `name:"max-batch-size" env:"JETRL_MAX_BATCH_SIZE" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
+	Eta            int           `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
+	GroupTimeout   time.Duration `name:"group-timeout" env:"JETRL_GROUP_TIMEOUT" default:"2m" help:"Release a group missing members after this long."`
+	ReplicaTimeout time.Duration `name:"replica-timeout" env:"JETRL_REPLICA_TIMEOUT" default:"10s" help:"Release a group sooner when its rollout replica heartbeats and has not listed it for this long, or stopped beating this long ago (negative: off)."`
+	MaxQueued      int           `name:"max-queued" env:"JETRL_MAX_QUEUED" default:"2" help:"Most batches released and not yet applied by the trainer (negative: no bound)."`
 }
 
 func main() {
 	var c cli
 	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
-		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, MaxQueued: c.MaxQueued},
+		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
