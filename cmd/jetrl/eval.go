@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/jetrl/jetrl/cmd/jetrl/internal/runout"
 	"github.com/jetrl/jetrl/services/env"
@@ -28,6 +29,7 @@ type evalCmd struct {
 	Seed     uint64   `name:"seed" default:"1" help:"Seed of the instances."`
 	JSON     bool     `name:"json" help:"Print JSON instead of a table."`
 	NATS     string   `name:"nats" help:"Use the env hosts behind this NATS server instead of in-process ones."`
+	Failures int      `name:"failures" default:"0" help:"Show the first this many failed episodes of each task (instruction and the calls chosen); weights only."`
 }
 
 func (c *evalCmd) Validate() error {
@@ -36,6 +38,12 @@ func (c *evalCmd) Validate() error {
 	}
 	if c.Episodes < 1 {
 		return fmt.Errorf("--episodes %d must be at least 1", c.Episodes)
+	}
+	if c.Failures < 0 {
+		return fmt.Errorf("--failures %d must not be negative", c.Failures)
+	}
+	if c.Failures > 0 && c.Policy != "" {
+		return errors.New("--failures shows the episodes of --weights, not of a baseline")
 	}
 	return nil
 }
@@ -140,7 +148,7 @@ func (c *evalCmd) weights(ctx context.Context, reg task.Registry) (map[string]ro
 	defer nc.Close()
 	pool := rollout.NewWeightsPool(0, 0, true, c.Seed)
 	pool.Set(model, 0)
-	return rollout.Evaluate(ctx, envclient.New(nc, envclient.Config{}), pool, rollout.EvalConfig{Tasks: c.Tasks, Episodes: c.Episodes, Seed: c.Seed})
+	return rollout.Evaluate(ctx, envclient.New(nc, envclient.Config{}), pool, rollout.EvalConfig{Tasks: c.Tasks, Episodes: c.Episodes, Seed: c.Seed, Failures: c.Failures})
 }
 
 func printEval(res map[string]rollout.EvalResult, asJSON bool) error {
@@ -156,6 +164,16 @@ func printEval(res map[string]rollout.EvalResult, asJSON bool) error {
 	for _, t := range names {
 		r := res[t]
 		fmt.Printf("%-10s %8.1f%% %12.3f %11.2f %9d\n", t, 100*r.Success, r.MeanReward, r.MeanTurns, r.Episodes)
+	}
+	for _, t := range names {
+		fails := res[t].Failures
+		if len(fails) == 0 {
+			continue
+		}
+		fmt.Printf("\n%s: first %d failed episodes (index, status, reward; instruction; calls chosen)\n", t, len(fails))
+		for _, f := range fails {
+			fmt.Printf("#%d %s %.2f: %s\n    %s\n", f.Index, f.Status, f.Reward, f.Instruction, strings.Join(f.Calls, " | "))
+		}
 	}
 	return nil
 }

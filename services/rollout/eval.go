@@ -1,8 +1,10 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/jetrl/jetrl/proto"
@@ -16,6 +18,19 @@ type EvalResult struct {
 	Episodes      int     `json:"episodes"`
 	MeanTurns     float64 `json:"mean_turns"`
 	InfraFailures int     `json:"infra_failures"`
+	// Failures are the first failed episodes (by index), at most EvalConfig.Failures of them.
+	Failures []EvalFailure `json:"failures,omitempty"`
+}
+
+// EvalFailure is one held-out episode the policy did not win: which instance, how it ended, and the
+// calls it chose.
+type EvalFailure struct {
+	Index       int      `json:"index"`
+	Seed        uint64   `json:"seed"`
+	Status      string   `json:"status"`
+	Reward      float64  `json:"reward"`
+	Instruction string   `json:"instruction"`
+	Calls       []string `json:"calls"`
 }
 
 // EvalConfig says what to evaluate.
@@ -25,6 +40,8 @@ type EvalConfig struct {
 	Seed        uint64
 	Split       string // default held-out
 	Concurrency int
+	// Failures is how many failed episodes per task to keep in EvalResult.Failures (0: none).
+	Failures int
 }
 
 // Evaluate plays Episodes instances of each task with actor through the env hosts and scores them.
@@ -74,6 +91,14 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 					r.MeanTurns += float64(len(ep.Turns))
 					if ep.Success() {
 						r.Success++
+					} else if cfg.Failures > 0 {
+						f := EvalFailure{Index: j.i, Seed: spec.Seed, Status: ep.Status, Reward: ep.Reward, Instruction: ep.Instruction}
+						for _, turn := range ep.Turns {
+							if turn.Chosen >= 0 && turn.Chosen < len(turn.Candidates) {
+								f.Calls = append(f.Calls, turn.Candidates[turn.Chosen])
+							}
+						}
+						r.Failures = append(r.Failures, f)
 					}
 				}
 				mu.Unlock()
@@ -102,6 +127,8 @@ feed:
 			r.MeanReward /= float64(r.Episodes)
 			r.MeanTurns /= float64(r.Episodes)
 		}
+		slices.SortFunc(r.Failures, func(a, b EvalFailure) int { return cmp.Compare(a.Index, b.Index) })
+		r.Failures = slices.Clip(r.Failures[:min(len(r.Failures), cfg.Failures)])
 		out[t] = *r
 	}
 	return out, nil

@@ -1,0 +1,77 @@
+package rollout_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env/task"
+	"github.com/jetrl/jetrl/services/env/task/alfworld"
+	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/shared/policy"
+)
+
+// firstActor always picks the first candidate.
+type firstActor struct{}
+
+func (firstActor) Act(context.Context, policy.Input) (rollout.Action, error) {
+	return rollout.Action{Choice: 0, Version: 1, Policy: proto.PolicyCurrent}, nil
+}
+
+// Evaluate keeps the first failed episodes by index when asked, with the calls chosen: the same calls a
+// local replay of that instance makes.
+func TestEvaluateKeepsTheFirstFailures(t *testing.T) {
+	m := newMesh(t)
+	m.startHost(t)
+	const episodes, keep, seed = 12, 3, 5
+	res, err := rollout.Evaluate(testCtx(t), envClient(t, m), firstActor{}, rollout.EvalConfig{Tasks: []string{alfworld.Name}, Episodes: episodes, Seed: seed, Failures: keep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[alfworld.Name]
+	failed := r.Episodes - int(r.Success*float64(r.Episodes)+0.5)
+	if r.Episodes != episodes || failed < keep {
+		t.Fatalf("result %+v: want %d episodes and at least %d failed (the first candidate rarely wins)", r, episodes, keep)
+	}
+	if len(r.Failures) != keep || !slices.IsSortedFunc(r.Failures, func(a, b rollout.EvalFailure) int { return a.Index - b.Index }) {
+		t.Fatalf("failures %+v: want the first %d by index", r.Failures, keep)
+	}
+	f := alfworld.New()
+	for _, fail := range r.Failures {
+		if fail.Seed != rollout.EvalSeed(seed, alfworld.Name, fail.Index) {
+			t.Fatalf("failure %d has seed %d", fail.Index, fail.Seed)
+		}
+		s, open, err := task.NewSession(f, proto.SplitHeldout, fail.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if open.Instruction != fail.Instruction {
+			t.Fatalf("failure %d: instruction %q, want %q", fail.Index, fail.Instruction, open.Instruction)
+		}
+		var calls []string
+		adm := open.Admissible
+		for len(adm) > 0 {
+			calls = append(calls, adm[0].Text())
+			res, err := s.Step(adm[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Done {
+				break
+			}
+			adm = res.Admissible
+		}
+		if !slices.Equal(calls, fail.Calls) {
+			t.Fatalf("failure %d: calls %v, a local replay chose %v", fail.Index, fail.Calls, calls)
+		}
+	}
+
+	res, err = rollout.Evaluate(testCtx(t), envClient(t, m), firstActor{}, rollout.EvalConfig{Tasks: []string{alfworld.Name}, Episodes: 4, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res[alfworld.Name].Failures; got != nil {
+		t.Fatalf("failures %+v kept without asking", got)
+	}
+}
