@@ -131,7 +131,7 @@ func serviceChecks(s *upCmd) error {
 			errs = append(errs, fmt.Errorf("--task-weights: %w", err))
 		}
 	}
-	loss := trainer.Objective{Clip: s.Clip, DualClip: s.DualClip, KLCoef: s.KLCoef, EntropyCoef: s.EntropyCoef, Correction: s.Correction, ISCap: s.ISCap}
+	loss := trainer.Objective{Clip: s.Clip, DualClip: s.DualClip, KLCoef: s.KLCoef, EntropyCoef: s.EntropyCoef, TrapEntropyCoef: s.TrapEntropy, Correction: s.Correction, ISCap: s.ISCap}
 	if err := loss.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -16,6 +16,11 @@ type Objective struct {
 	DualClip float64
 	// EntropyCoef weighs an entropy bonus (0: off).
 	EntropyCoef float64
+	// TrapEntropyCoef adds to EntropyCoef on the turns of a group none of whose members succeeded, in a
+	// task at least TrapMinSuccess of whose episodes in the batch succeeded (0: off). Such a group is a
+	// question the policy fails every time while it solves most of its family (it answers one step early,
+	// say): its advantages are all zero, so without more exploration nothing moves it.
+	TrapEntropyCoef float64
 	// KLCoef weighs the KL penalty to the frozen reference policy (low-variance k3 estimator; 0: off).
 	KLCoef float64
 	// Correction selects how stale (off-policy) turns are corrected: CorrectionNone, CorrectionDecoupled
@@ -36,6 +41,50 @@ const (
 	CorrectionTruncated = "truncated"
 )
 
+// TrapMinSuccess is the share of a task's episodes in a batch that must succeed before its all-failed
+// groups get Objective.TrapEntropyCoef: a family still learning fails most groups for want of skill, not
+// because one question traps it.
+const TrapMinSuccess = 0.5
+
+// entropyCoefs is each episode's entropy coefficient (see Objective.TrapEntropyCoef).
+func (o Objective) entropyCoefs(eps []proto.TrainEpisode) []float64 {
+	coefs := make([]float64, len(eps))
+	for i := range coefs {
+		coefs[i] = o.EntropyCoef
+	}
+	if o.TrapEntropyCoef == 0 {
+		return coefs
+	}
+	type count struct{ n, won int }
+	tasks := map[string]*count{}
+	groupWon := map[string]bool{}
+	for i := range eps {
+		ep := &eps[i].Episode
+		if ep.InfraFailure {
+			continue
+		}
+		c := tasks[ep.Task]
+		if c == nil {
+			c = &count{}
+			tasks[ep.Task] = c
+		}
+		c.n++
+		if ep.Success() {
+			c.won++
+			groupWon[ep.GroupID] = true
+		}
+	}
+	for i := range eps {
+		ep := &eps[i].Episode
+		c := tasks[ep.Task]
+		if ep.InfraFailure || c == nil || groupWon[ep.GroupID] || float64(c.won) < TrapMinSuccess*float64(c.n) {
+			continue
+		}
+		coefs[i] += o.TrapEntropyCoef
+	}
+	return coefs
+}
+
 // maxISWeight keeps an untruncated importance weight finite when the behaviour policy was far off.
 const maxISWeight = 100.0
 
@@ -46,8 +95,8 @@ func (o Objective) Validate() error {
 		return fmt.Errorf("trainer: clip %v must be in (0, 1)", o.Clip)
 	case o.DualClip != 0 && o.DualClip <= 1:
 		return fmt.Errorf("trainer: dual clip %v must be > 1 (or 0: off)", o.DualClip)
-	case o.KLCoef < 0 || o.EntropyCoef < 0:
-		return fmt.Errorf("trainer: kl coef %v and entropy coef %v must be >= 0", o.KLCoef, o.EntropyCoef)
+	case o.KLCoef < 0 || o.EntropyCoef < 0 || o.TrapEntropyCoef < 0 || math.IsNaN(o.KLCoef+o.EntropyCoef+o.TrapEntropyCoef):
+		return fmt.Errorf("trainer: kl coef %v, entropy coef %v and trap entropy coef %v must be >= 0", o.KLCoef, o.EntropyCoef, o.TrapEntropyCoef)
 	case o.Correction != "" && o.Correction != CorrectionNone && o.Correction != CorrectionDecoupled && o.Correction != CorrectionTruncated:
 		return fmt.Errorf("trainer: correction %q: want %q, %q or %q", o.Correction, CorrectionNone, CorrectionDecoupled, CorrectionTruncated)
 	case o.Correction == CorrectionTruncated && o.ISCap < 1:
@@ -117,6 +166,7 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 	}
 	scale := 1 / float64(st.Turns)
 	clipped := 0
+	coefs := o.entropyCoefs(eps)
 	for i := range eps {
 		te := &eps[i]
 		if len(te.Advantages) != len(te.Episode.Turns) {
@@ -140,7 +190,7 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 				var d float64
 				obj, d, wasClipped = o.TurnLoss(logp, turn.LogProb, prox[i][t], logpRef, adv)
 				return -d * scale
-			}, -o.EntropyCoef*scale, grad)
+			}, -coefs[i]*scale, grad)
 			if math.IsNaN(logp) {
 				return st, fmt.Errorf("%w: episode %s turn %d chose %d of %d candidates", proto.ErrMalformed, te.Episode.ID, t, turn.Chosen, len(turn.Candidates))
 			}
@@ -148,8 +198,8 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 				clipped++
 			}
 			st.Loss -= obj * scale
-			if o.EntropyCoef > 0 {
-				st.Loss -= o.EntropyCoef * scale * h
+			if coefs[i] > 0 {
+				st.Loss -= coefs[i] * scale * h
 			}
 		}
 	}
