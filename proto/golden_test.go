@@ -191,8 +191,8 @@ func TestRolloutHeartbeatValidate(t *testing.T) {
 	}{
 		{"valid", func(*proto.RolloutHeartbeat) {}, nil},
 		{"no groups", func(h *proto.RolloutHeartbeat) { h.Groups = nil }, nil},
-		{"most groups", func(h *proto.RolloutHeartbeat) { h.Groups = make([]string, proto.MaxHeartbeatGroups); fillGroupIDs(h.Groups) }, nil},
-		{"too many groups", func(h *proto.RolloutHeartbeat) { h.Groups = make([]string, proto.MaxHeartbeatGroups+1); fillGroupIDs(h.Groups) }, proto.ErrMalformed},
+		{"most groups", func(h *proto.RolloutHeartbeat) { h.Groups = groupIDs(proto.MaxHeartbeatGroups) }, nil},
+		{"too many groups", func(h *proto.RolloutHeartbeat) { h.Groups = groupIDs(proto.MaxHeartbeatGroups + 1) }, proto.ErrMalformed},
 		{"wrong schema", func(h *proto.RolloutHeartbeat) { h.Schema = 1 }, proto.ErrSchema},
 		{"no rollout id", func(h *proto.RolloutHeartbeat) { h.RolloutID = "" }, proto.ErrMalformed},
 		{"empty group id", func(h *proto.RolloutHeartbeat) { h.Groups = []string{"g1", ""} }, proto.ErrMalformed},
@@ -209,8 +209,10 @@ func TestRolloutHeartbeatValidate(t *testing.T) {
 	}
 }
 
-func fillGroupIDs(ids []string) {
+func groupIDs(n int) []string {
+	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = "g" + strconv.Itoa(i)
 	}
+	return ids
 }
