@@ -600,7 +600,7 @@ func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error
 	if !g.cutoffSet {
 		seq, err := lastSeq()
 		if err != nil {
-			log.Debug().Err(err).Msg("episodes stream info; no group released on a heartbeat this time")
+			log.Warn().Err(err).Msg("episodes stream info; no group released on a heartbeat this tick")
 			return false
 		}
 		g.cutoff, g.cutoffSet = seq, true
