@@ -517,6 +517,9 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 	if g.marker == nil {
 		b.count(func(s *Stats) { s.GroupStarts++ })
 	}
+	if g.rollout == "" {
+		g.rollout = gs.RolloutID // a member read first that did not name its replica
+	}
 	g.marker = m // the newest delivery is the one the server expects acked
 }
 
