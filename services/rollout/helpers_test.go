@@ -1,11 +1,9 @@
 package rollout_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,24 +99,7 @@ func (m *mesh) startHostWith(t *testing.T, cfg env.Config) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("env host Run returned %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("env host did not stop")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := bustest.Run(t, "env host", 10*time.Second, h.Run)
 	eventually(t, 10*time.Second, "the env host to serve", h.Running)
 	return &host{Host: h, stop: stop}
 }
@@ -216,23 +197,5 @@ func (m *mesh) episodes(t *testing.T) []proto.Episode {
 // 20 s; stop is idempotent and also runs at cleanup.
 func run(t *testing.T, r *rollout.Rollout) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Error("Run did not return after cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return bustest.Run(t, "rollout", 20*time.Second, r.Run)
 }

@@ -1,9 +1,10 @@
-// Package bustest holds the helpers every package's NATS tests share: polling with a deadline and a
-// bounded test context.
+// Package bustest holds the helpers every package's NATS tests share: polling with a deadline, a bounded
+// test context, and running a service until the test stops it.
 package bustest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,4 +27,29 @@ func Ctx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Run starts run (a service's Run) and returns stop, which cancels it and fails the test unless it
+// returns nil within the deadline; stop is idempotent and also runs at cleanup.
+func Run(t *testing.T, what string, within time.Duration, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: Run returned %v", what, err)
+				}
+			case <-time.After(within):
+				t.Errorf("%s did not stop", what)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
