@@ -138,7 +138,7 @@ func serviceChecks(s *upCmd) error {
 	if s.Epochs < 1 {
 		errs = append(errs, fmt.Errorf("--epochs %d must be at least 1", s.Epochs))
 	}
-	ncfg := normalizer.Config{AbnormalReward: s.AbnormalRew, TaskNorm: s.TaskNorm}
+	ncfg := normalizer.Config{AbnormalReward: s.AbnormalRew, TaskNorm: s.TaskNorm, FlatGroupCoef: s.FlatGroup}
 	if err := ncfg.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -108,6 +108,23 @@ func meanStd(xs []float64) (mean, std float64, err error) {
 type Options struct {
 	AbnormalReward float64
 	TaskNorm       bool
+	// FlatGroupCoef gives a group whose shaped rewards are all equal (a flat group, zero GRPO advantage)
+	// the advantage FlatGroupCoef·(r − mean_task) on each member instead, where mean_task is the mean
+	// shaped reward of that task's episodes in the batch (0: off, plain GRPO). The task mean is a baseline
+	// that does not depend on the member's actions, so the estimate stays unbiased; it moves a question
+	// the policy always fails while it solves most of its family (every member answers one step early,
+	// say) away from what the members did, which GRPO alone never does.
+	FlatGroupCoef float64
+}
+
+// allEqual reports whether every reward equals the first.
+func allEqual(rewards []float64) bool {
+	for _, r := range rewards {
+		if r != rewards[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // Advantages turns a batch into a train batch: the shaped reward of each episode, GRPO advantages within
@@ -141,6 +158,18 @@ func Advantages(b *proto.Batch, opt Options) (*proto.TrainBatch, error) {
 		off[i] = o
 		o += len(b.Episodes[i].Turns)
 	}
+	taskMean := map[string]float64{}
+	if opt.FlatGroupCoef != 0 {
+		n := map[string]int{}
+		for i := range b.Episodes {
+			ep := &b.Episodes[i]
+			taskMean[ep.Task] += ShapedReward(ep, opt.AbnormalReward)
+			n[ep.Task]++
+		}
+		for t, c := range n {
+			taskMean[t] /= float64(c)
+		}
+	}
 	for _, id := range ids {
 		idx := groups[id]
 		rewards := make([]float64, len(idx))
@@ -150,6 +179,11 @@ func Advantages(b *proto.Batch, opt Options) (*proto.TrainBatch, error) {
 		ga, err := GroupAdvantages(rewards)
 		if err != nil {
 			return nil, fmt.Errorf("group %s: %w", id, err)
+		}
+		if opt.FlatGroupCoef != 0 && allEqual(rewards) {
+			for k, i := range idx {
+				ga[k] = opt.FlatGroupCoef * (rewards[k] - taskMean[b.Episodes[i].Task])
+			}
 		}
 		for k, i := range idx {
 			tasks[i] = b.Episodes[i].Task

@@ -303,3 +303,50 @@ func TestAdvantagesOfEmptyBatch(t *testing.T) {
 		t.Fatalf("empty batch gave %+v", tb)
 	}
 }
+
+// A flat group (all rewards equal) gets FlatGroupCoef·(r − mean of its task's shaped rewards in the
+// batch); groups whose rewards differ keep their GRPO advantages; with the coefficient 0 a flat group gets
+// zeros.
+func TestAdvantagesOfFlatGroups(t *testing.T) {
+	b := smallBatch()
+	b.Episodes = append(b.Episodes,
+		// g3 (alfworld): both failed, completed with reward 0. g4 (alfworld): both turn-limit, shaped -0.2.
+		episode("g3-0", "g3", "alfworld", 2, 1, proto.StatusCompleted, 0),
+		episode("g3-1", "g3", "alfworld", 2, 2, proto.StatusCompleted, 0),
+		episode("g4-0", "g4", "alfworld", 2, 1, proto.StatusTurnLimit, 0),
+		episode("g4-1", "g4", "alfworld", 2, 1, proto.StatusTurnLimit, 0),
+		// g5 (webshop): both 0.5.
+		episode("g5-0", "g5", "webshop", 2, 1, proto.StatusCompleted, 0.5),
+		episode("g5-1", "g5", "webshop", 2, 1, proto.StatusCompleted, 0.5),
+	)
+	// alfworld shaped rewards {1, -0.2, 0, 0, -0.2, -0.2}: mean 0.4/6; webshop {0.5, 0, 0.5, 0.5}: mean 0.375.
+	alMean, wsMean := 0.4/6, 0.375
+	a1, a2 := 0.6/(0.6+eps), 0.25/(0.25+eps)
+	tb, err := normalizer.Advantages(b, normalizer.Options{AbnormalReward: -0.2, FlatGroupCoef: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g3, g4, g5 := 0.5*(0-alMean), 0.5*(-0.2-alMean), 0.5*(0.5-wsMean)
+	want := [][]float64{{a1, a1}, {-a1, -a1, -a1}, {a2}, {-a2}, {g3}, {g3, g3}, {g4}, {g4}, {g5}, {g5}}
+	for i, te := range tb.Episodes {
+		if !nearAll(te.Advantages, want[i]) {
+			t.Fatalf("episode %s advantages = %v, want %v", te.Episode.ID, te.Advantages, want[i])
+		}
+	}
+	tb, err = normalizer.Advantages(b, normalizer.Options{AbnormalReward: -0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, te := range tb.Episodes[4:] {
+		if !nearAll(te.Advantages, make([]float64, len(te.Advantages))) {
+			t.Fatalf("episode %s advantages = %v without the flat group coefficient, want zeros", te.Episode.ID, te.Advantages)
+		}
+	}
+	for _, c := range []float64{-0.1, 1.5, math.NaN(), math.Inf(1)} {
+		cfg := normalizer.DefaultConfig()
+		cfg.FlatGroupCoef = c
+		if err := cfg.Validate(); err == nil {
+			t.Fatalf("flat group coef %v validated", c)
+		}
+	}
+}

@@ -27,7 +27,13 @@ type Config struct {
 	AbnormalReward float64
 	// TaskNorm turns task advantage normalization on.
 	TaskNorm bool
+	// FlatGroupCoef weighs the task baseline of groups whose rewards are all equal (see
+	// Options.FlatGroupCoef; 0: off).
+	FlatGroupCoef float64
 }
+
+// MaxFlatGroupCoef bounds Config.FlatGroupCoef: a flat group should not outweigh the groups GRPO learns from.
+const MaxFlatGroupCoef = 1.0
 
 // DefaultConfig is the paper's setting.
 func DefaultConfig() Config {
@@ -38,6 +44,9 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	if c.AbnormalReward > 0 || c.AbnormalReward < -1 {
 		return fmt.Errorf("advantage-normalizer: abnormal reward %v must be in [-1, 0]", c.AbnormalReward)
+	}
+	if !(c.FlatGroupCoef >= 0 && c.FlatGroupCoef <= MaxFlatGroupCoef) {
+		return fmt.Errorf("advantage-normalizer: flat group coef %v must be in [0, %v]", c.FlatGroupCoef, MaxFlatGroupCoef)
 	}
 	return nil
 }
@@ -118,7 +127,7 @@ func (n *Normalizer) Run(ctx context.Context) error {
 	defer func() { _ = svc.Stop() }()
 	n.running.Store(true)
 	defer n.running.Store(false)
-	log.Info().Bool("task_norm", n.cfg.TaskNorm).Float64("abnormal_reward", n.cfg.AbnormalReward).Msg("advantage-normalizer started")
+	log.Info().Bool("task_norm", n.cfg.TaskNorm).Float64("abnormal_reward", n.cfg.AbnormalReward).Float64("flat_group_coef", n.cfg.FlatGroupCoef).Msg("advantage-normalizer started")
 	err = bus.ConsumeInOrder(ctx, cons, 16, log, func(m jetstream.Msg) error {
 		n.handle(ctx, js, m, log)
 		return nil
@@ -132,7 +141,7 @@ func (n *Normalizer) handle(ctx context.Context, js jetstream.JetStream, m jetst
 	err := codec.Unmarshal(m.Data(), &b)
 	var tb *proto.TrainBatch
 	if err == nil {
-		tb, err = Advantages(&b, Options{AbnormalReward: n.cfg.AbnormalReward, TaskNorm: n.cfg.TaskNorm})
+		tb, err = Advantages(&b, Options{AbnormalReward: n.cfg.AbnormalReward, TaskNorm: n.cfg.TaskNorm, FlatGroupCoef: n.cfg.FlatGroupCoef})
 	}
 	if err != nil {
 		n.batches.WithLabelValues("refused").Inc()

@@ -16,10 +16,13 @@ type Objective struct {
 	DualClip float64
 	// EntropyCoef weighs an entropy bonus (0: off).
 	EntropyCoef float64
-	// TrapEntropyCoef adds to EntropyCoef on the turns of a group none of whose members succeeded, in a
-	// task at least TrapMinSuccess of whose episodes in the batch succeeded (0: off). Such a group is a
-	// question the policy fails every time while it solves most of its family (it answers one step early,
-	// say): its advantages are all zero, so without more exploration nothing moves it.
+	// TrapEntropyCoef adds to EntropyCoef on the answer turn of the members of a group none of whose
+	// members succeeded, in a task at least TrapMinSuccess of whose episodes in the batch succeeded
+	// (0: off). Such a group is a question the policy fails every time while it solves most of its family
+	// (it answers one step early, say): its advantages are all zero, so without more exploration nothing
+	// moves it. The answer turn is the last turn of an episode the agent ended itself (StatusCompleted):
+	// the one decision every member of the group got wrong. Turns before it, and episodes that ran out of
+	// turns, keep EntropyCoef.
 	TrapEntropyCoef float64
 	// KLCoef weighs the KL penalty to the frozen reference policy (low-variance k3 estimator; 0: off).
 	KLCoef float64
@@ -46,14 +49,11 @@ const (
 // because one question traps it.
 const TrapMinSuccess = 0.5
 
-// entropyCoefs is each episode's entropy coefficient (see Objective.TrapEntropyCoef).
-func (o Objective) entropyCoefs(eps []proto.TrainEpisode) []float64 {
-	coefs := make([]float64, len(eps))
-	for i := range coefs {
-		coefs[i] = o.EntropyCoef
-	}
+// trapped reports, for each episode, whether its answer turn gets Objective.TrapEntropyCoef.
+func (o Objective) trapped(eps []proto.TrainEpisode) []bool {
+	out := make([]bool, len(eps))
 	if o.TrapEntropyCoef == 0 {
-		return coefs
+		return out
 	}
 	type count struct{ n, won int }
 	tasks := map[string]*count{}
@@ -77,12 +77,21 @@ func (o Objective) entropyCoefs(eps []proto.TrainEpisode) []float64 {
 	for i := range eps {
 		ep := &eps[i].Episode
 		c := tasks[ep.Task]
-		if ep.InfraFailure || c == nil || groupWon[ep.GroupID] || float64(c.won) < TrapMinSuccess*float64(c.n) {
+		if ep.InfraFailure || ep.Status != proto.StatusCompleted || len(ep.Turns) == 0 || c == nil ||
+			groupWon[ep.GroupID] || float64(c.won) < TrapMinSuccess*float64(c.n) {
 			continue
 		}
-		coefs[i] += o.TrapEntropyCoef
+		out[i] = true
 	}
-	return coefs
+	return out
+}
+
+// entropyCoef is the entropy coefficient of turn t of an episode with n turns (see TrapEntropyCoef).
+func (o Objective) entropyCoef(trapped bool, t, n int) float64 {
+	if trapped && t == n-1 {
+		return o.EntropyCoef + o.TrapEntropyCoef
+	}
+	return o.EntropyCoef
 }
 
 // maxISWeight keeps an untruncated importance weight finite when the behaviour policy was far off.
@@ -166,7 +175,7 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 	}
 	scale := 1 / float64(st.Turns)
 	clipped := 0
-	coefs := o.entropyCoefs(eps)
+	trapped := o.trapped(eps)
 	for i := range eps {
 		te := &eps[i]
 		if len(te.Advantages) != len(te.Episode.Turns) {
@@ -174,6 +183,7 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 		}
 		inputs := policy.InputsFromEpisode(&te.Episode)
 		for t, turn := range te.Episode.Turns {
+			coef := o.entropyCoef(trapped[i], t, len(te.Episode.Turns))
 			adv := te.Advantages[t]
 			if math.IsNaN(adv) || math.IsInf(adv, 0) {
 				return st, fmt.Errorf("%w: episode %s turn %d advantage %v", proto.ErrBadNumber, te.Episode.ID, t, adv)
@@ -190,7 +200,7 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 				var d float64
 				obj, d, wasClipped = o.TurnLoss(logp, turn.LogProb, prox[i][t], logpRef, adv)
 				return -d * scale
-			}, -coefs[i]*scale, grad)
+			}, -coef*scale, grad)
 			if math.IsNaN(logp) {
 				return st, fmt.Errorf("%w: episode %s turn %d chose %d of %d candidates", proto.ErrMalformed, te.Episode.ID, t, turn.Chosen, len(turn.Candidates))
 			}
@@ -198,8 +208,8 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 				clipped++
 			}
 			st.Loss -= obj * scale
-			if coefs[i] > 0 {
-				st.Loss -= coefs[i] * scale * h
+			if coef > 0 {
+				st.Loss -= coef * scale * h
 			}
 		}
 	}
