@@ -68,7 +68,7 @@ type upCmd struct {
 	ISCap        float64            `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
 	TaskNorm     bool               `name:"task-norm" default:"true" negatable:"" help:"Task advantage normalization."`
 	AbnormalRew  float64            `name:"abnormal-reward" default:"-0.2" help:"Reward of episodes the agent ended abnormally (turn limit, invalid output)."`
-	FlatGroup    float64            `name:"flat-group-coef" default:"0" help:"Advantage of a group whose rewards are all equal: this times (reward - its task's mean reward in the batch) (0: zero, plain GRPO)."`
+	FlatGroup    float64            `name:"flat-group-coef" default:"0.5" help:"Advantage of a group whose rewards are all equal: this times (reward - its task's mean reward in the batch) (0: zero, plain GRPO)."`
 	EvalEpisodes int                `name:"eval-episodes" default:"200" help:"Held-out episodes per task for the before/after evaluation."`
 	EvalEvery    time.Duration      `name:"eval-every" default:"30s" help:"Held-out evaluation period during training (0: off)."`
 	Target       float64            `name:"target" default:"0" help:"Stop early once held-out success reaches this on every task (0: never)."`

@@ -32,12 +32,15 @@ type Config struct {
 	FlatGroupCoef float64
 }
 
+// DefaultFlatGroupCoef is Config.FlatGroupCoef's default: a flat group weighs half a baseline.
+const DefaultFlatGroupCoef = 0.5
+
 // MaxFlatGroupCoef bounds Config.FlatGroupCoef: a flat group should not outweigh the groups GRPO learns from.
 const MaxFlatGroupCoef = 1.0
 
-// DefaultConfig is the paper's setting.
+// DefaultConfig is the paper's setting, with flat groups learning from the task baseline.
 func DefaultConfig() Config {
-	return Config{AbnormalReward: DefaultAbnormalReward, TaskNorm: true}
+	return Config{AbnormalReward: DefaultAbnormalReward, TaskNorm: true, FlatGroupCoef: DefaultFlatGroupCoef}
 }
 
 // Validate explains what is wrong with a configuration.

@@ -161,8 +161,8 @@ func TestBatchBecomesTrainBatch(t *testing.T) {
 	if tb.ID != "b-good" || tb.TrainerVersion != 7 || len(tb.Episodes) != 4 {
 		t.Fatalf("train batch = id %s version %d with %d episodes", tb.ID, tb.TrainerVersion, len(tb.Episodes))
 	}
-	// The service applies the paper's setting: shaped rewards, group advantages, task normalization.
-	want, err := normalizer.Advantages(smallBatch(), normalizer.Options{AbnormalReward: -0.2, TaskNorm: true})
+	// The service applies the default setting: shaped rewards, group advantages, task normalization.
+	want, err := normalizer.Advantages(smallBatch(), normalizer.Options{AbnormalReward: -0.2, TaskNorm: true, FlatGroupCoef: normalizer.DefaultFlatGroupCoef})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ type cli struct {
 	config.Common
 	AbnormalReward float64 `name:"abnormal-reward" env:"JETRL_ABNORMAL_REWARD" default:"-0.2" help:"Reward of episodes ended abnormally."`
 	NoTaskNorm     bool    `name:"no-task-norm" env:"JETRL_NO_TASK_NORM" help:"Turn task advantage normalization off (as task_norm: false in the run config does)."`
-	FlatGroupCoef  float64 `name:"flat-group-coef" env:"JETRL_FLAT_GROUP_COEF" default:"0" help:"Advantage of a group whose rewards are all equal: this times (reward - its task's mean reward in the batch) (0: zero, plain GRPO)."`
+	FlatGroupCoef  float64 `name:"flat-group-coef" env:"JETRL_FLAT_GROUP_COEF" default:"0.5" help:"Advantage of a group whose rewards are all equal: this times (reward - its task's mean reward in the batch) (0: zero, plain GRPO)."`
 }
 
 func main() {
