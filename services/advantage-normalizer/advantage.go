@@ -110,10 +110,12 @@ type Options struct {
 	TaskNorm       bool
 	// FlatGroupCoef gives a group whose shaped rewards are all equal (a flat group, zero GRPO advantage)
 	// the advantage FlatGroupCoef·(r − mean_task) on each member instead, where mean_task is the mean
-	// shaped reward of that task's episodes in the batch (0: off, plain GRPO). The task mean is a baseline
-	// that does not depend on the member's actions, so the estimate stays unbiased; it moves a question
-	// the policy always fails while it solves most of its family (every member answers one step early,
-	// say) away from what the members did, which GRPO alone never does.
+	// shaped reward of that task's episodes in the batch (0: off, plain GRPO). Where the group's own mean
+	// says nothing, the family's mean stands in as the baseline: a question the policy fails every time
+	// while it solves most of its family (every member answers one step early, say) is pushed away from
+	// what its members did, which GRPO alone never does, and a question it always solves is reinforced a
+	// little. The baseline is picked by the group's outcome, so this is a heuristic, not an unbiased
+	// estimate; the coefficient keeps it below the groups GRPO learns from.
 	FlatGroupCoef float64
 }
 
