@@ -160,23 +160,23 @@ func Advantages(b *proto.Batch, opt Options) (*proto.TrainBatch, error) {
 		off[i] = o
 		o += len(b.Episodes[i].Turns)
 	}
+	shaped := make([]float64, len(b.Episodes))
 	taskMean := map[string]float64{}
-	if opt.FlatGroupCoef != 0 {
-		n := map[string]int{}
-		for i := range b.Episodes {
-			ep := &b.Episodes[i]
-			taskMean[ep.Task] += ShapedReward(ep, opt.AbnormalReward)
-			n[ep.Task]++
-		}
-		for t, c := range n {
-			taskMean[t] /= float64(c)
-		}
+	taskN := map[string]int{}
+	for i := range b.Episodes {
+		ep := &b.Episodes[i]
+		shaped[i] = ShapedReward(ep, opt.AbnormalReward)
+		taskMean[ep.Task] += shaped[i]
+		taskN[ep.Task]++
+	}
+	for t, c := range taskN {
+		taskMean[t] /= float64(c)
 	}
 	for _, id := range ids {
 		idx := groups[id]
 		rewards := make([]float64, len(idx))
 		for k, i := range idx {
-			rewards[k] = ShapedReward(&b.Episodes[i], opt.AbnormalReward)
+			rewards[k] = shaped[i]
 		}
 		ga, err := GroupAdvantages(rewards)
 		if err != nil {

@@ -3,7 +3,6 @@ package rollout_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/policy"
 	"github.com/nats-io/nats.go"

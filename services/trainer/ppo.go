@@ -77,7 +77,7 @@ func (o Objective) trapped(eps []proto.TrainEpisode) []bool {
 	for i := range eps {
 		ep := &eps[i].Episode
 		c := tasks[ep.Task]
-		if ep.InfraFailure || ep.Status != proto.StatusCompleted || len(ep.Turns) == 0 || c == nil ||
+		if ep.InfraFailure || ep.Status != proto.StatusCompleted || c == nil ||
 			groupWon[ep.GroupID] || float64(c.won) < TrapMinSuccess*float64(c.n) {
 			continue
 		}

@@ -20,7 +20,7 @@ type cli struct {
 	DualClip    float64 `name:"dual-clip" env:"JETRL_DUAL_CLIP" default:"3" help:"Dual clip c for negative advantages (0: off)."`
 	KLCoef      float64 `name:"kl-coef" env:"JETRL_KL_COEF" default:"0" help:"KL penalty to the initial policy (k3 estimator; 0: off)."`
 	EntropyCoef float64 `name:"entropy-coef" env:"JETRL_ENTROPY_COEF" default:"0.01" help:"Entropy bonus (0: off)."`
-	TrapEntropy float64 `name:"trap-entropy-coef" env:"JETRL_TRAP_ENTROPY_COEF" default:"0" help:"Extra entropy bonus on groups that all failed, in a family that won at least half its episodes in the batch (0: off)."`
+	TrapEntropy float64 `name:"trap-entropy-coef" env:"JETRL_TRAP_ENTROPY_COEF" default:"0" help:"Extra entropy bonus on the answer turn of groups that all failed, in a family that won at least half its episodes in the batch (0: off)."`
 	Correction  string  `name:"correction" env:"JETRL_CORRECTION" enum:"none,decoupled,truncated" default:"none" help:"Off-policy correction: none, decoupled (AReaL's proximal objective) or truncated (importance weights capped at --is-cap)."`
 	ISCap       float64 `name:"is-cap" env:"JETRL_IS_CAP" default:"2" help:"Importance weight cap of --correction truncated."`
 }
