@@ -1,7 +1,6 @@
 package normalizer_test
 
 import (
-	"context"
 	"encoding/json"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"math"
@@ -56,20 +55,7 @@ func start(t *testing.T, cfg normalizer.Config) *fixture {
 	if f.n, err = normalizer.New(cfg, normalizer.Deps{Conn: conn(), Log: zerolog.Nop(), Metrics: f.reg}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
+	bustest.Run(t, "advantage-normalizer", 10*time.Second, f.n.Run)
 	eventually(t, 10*time.Second, "the normalizer to run", f.n.Running)
 	return f
 }

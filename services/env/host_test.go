@@ -1,11 +1,9 @@
 package env_test
 
 import (
-	"context"
 	"errors"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,24 +66,7 @@ func (f *fixture) startHost(t *testing.T, cfg env.Config, families task.Registry
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("Run did not return after cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := bustest.Run(t, "env host", 10*time.Second, h.Run)
 	eventually(t, 10*time.Second, "the host to serve", h.Running)
 	return &host{Host: h, stop: stop}
 }

@@ -1,7 +1,6 @@
 package replaybuffer_test
 
 import (
-	"context"
 	"fmt"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"maps"
@@ -88,26 +87,7 @@ func (m *mesh) startBuffer(t *testing.T, cfg replaybuffer.Config) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	}
-	t.Cleanup(stop)
+	stop := bustest.Run(t, "replay-buffer", 10*time.Second, b.Run)
 	eventually(t, 10*time.Second, "the buffer to run", b.Running)
 	return &running{b: b, stop: stop}
 }

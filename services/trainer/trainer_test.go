@@ -1,7 +1,6 @@
 package trainer_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -75,26 +74,7 @@ func (m *mesh) startTrainer(t *testing.T, cfg trainer.Config) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	}
-	t.Cleanup(stop)
+	stop := bustest.Run(t, "trainer", 10*time.Second, tr.Run)
 	eventually(t, 10*time.Second, "the trainer to run", tr.Running)
 	return &running{tr: tr, stop: stop}
 }
