@@ -33,6 +33,12 @@ var golden = []struct {
 	{"group_start.msgpack", &proto.GroupStart{Schema: proto.SchemaVersion, GroupID: "g1", Task: "alfworld", GroupSize: 8, StartVersion: 41, RolloutID: "r1", StartedAt: 1764474000000000000}, func() any { return &proto.GroupStart{} }},
 	{"env_start_request.msgpack", &proto.EnvStartRequest{Schema: proto.SchemaVersion, Task: "alfworld", Split: "heldout", Seed: 7, EpisodeID: "g1-0"}, func() any { return &proto.EnvStartRequest{} }},
 	{"env_step_request.msgpack", &proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h1-1", Call: proto.ToolCall{Name: "take_action", Arguments: `{"action":"go to fridge 1"}`}}, func() any { return &proto.EnvStepRequest{} }},
+	{"env_start_batch.msgpack", &proto.EnvStartBatch{Schema: proto.SchemaVersion, Starts: []proto.EnvStartRequest{{Schema: proto.SchemaVersion, Task: "db", Split: "train", Seed: 7, EpisodeID: "g1-0"}, {Schema: proto.SchemaVersion, Task: "db", Split: "train", Seed: 7, EpisodeID: "g1-1"}}}, func() any { return &proto.EnvStartBatch{} }},
+	{"env_step_batch.msgpack", &proto.EnvStepBatch{Schema: proto.SchemaVersion, Steps: []proto.EnvStepRequest{{Schema: proto.SchemaVersion, SessionID: "h1-1", Call: proto.ToolCall{Name: "execute_sql", Arguments: `{"query":"SELECT 1"}`}}}}, func() any { return &proto.EnvStepBatch{} }},
+	{"env_batch_reply.msgpack", &proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: []proto.EnvBatchResult{
+		{Index: 0, Step: &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "1", Admissible: []proto.ToolCall{{Name: "commit_final_answer", Arguments: `{"answer":"1"}`}}, Status: "running", Turn: 1}},
+		{Index: 1, Error: "unknown or expired session: \"h1-9\" on host h1", Code: "404"},
+	}}, func() any { return &proto.EnvBatchReply{} }},
 	{"env_step_reply.msgpack", &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "You arrive at fridge 1.", Admissible: []proto.ToolCall{{Name: "take_action", Arguments: `{"action":"open fridge 1"}`}}, Status: "running", Turn: 1}, func() any { return &proto.EnvStepReply{} }},
 }
 

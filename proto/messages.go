@@ -218,6 +218,37 @@ type EnvStepReply struct {
 	Metrics     map[string]float64 `msgpack:"metrics,omitempty"`
 }
 
+// EnvStartBatch asks one env host for several sessions at once (SubjectEnvStartBatch). The host answers
+// with EnvBatchReply messages whose results name the start by its index in Starts.
+type EnvStartBatch struct {
+	Schema int               `msgpack:"schema"`
+	Starts []EnvStartRequest `msgpack:"starts"`
+}
+
+// EnvStepBatch sends one call to each of several sessions of one host (SubjectEnvStepBatch). Each step
+// runs on its own; the host answers with one or more EnvBatchReply messages to the request's reply
+// subject, each carrying the results ready by then, so a slow session holds up no other.
+type EnvStepBatch struct {
+	Schema int              `msgpack:"schema"`
+	Steps  []EnvStepRequest `msgpack:"steps"`
+}
+
+// EnvBatchReply carries results of an EnvStartBatch or EnvStepBatch, each naming its call by index.
+type EnvBatchReply struct {
+	Schema  int              `msgpack:"schema"`
+	Results []EnvBatchResult `msgpack:"results"`
+}
+
+// EnvBatchResult is the answer to one call of a batch: its reply, or an error as a single call's error
+// reply would carry it (Error: the catalogued text and detail; Code: its wire code).
+type EnvBatchResult struct {
+	Index int            `msgpack:"index"`
+	Start *EnvStartReply `msgpack:"start,omitempty"`
+	Step  *EnvStepReply  `msgpack:"step,omitempty"`
+	Error string         `msgpack:"error,omitempty"`
+	Code  string         `msgpack:"code,omitempty"`
+}
+
 // EnvCancelRequest ends a session early.
 type EnvCancelRequest struct {
 	Schema    int    `msgpack:"schema"`

@@ -22,8 +22,15 @@ const (
 	EnvQueueGroup = "jetrl-env"
 )
 
+// SubjectEnvStartBatch takes an EnvStartBatch (several starts in one message) in the same queue group as
+// SubjectEnvStart: one host answers every start of the batch.
+const SubjectEnvStartBatch = "jetrl.env.starts"
+
 // SubjectEnvStep is the step subject of one env host; the host id is part of every session id.
 func SubjectEnvStep(hostID string) string { return "jetrl.env.host." + hostID + ".step" }
+
+// SubjectEnvStepBatch takes an EnvStepBatch: the steps of several of one host's sessions in one message.
+func SubjectEnvStepBatch(hostID string) string { return "jetrl.env.host." + hostID + ".steps" }
 
 // SubjectEnvCancel is the cancel subject of one env host.
 func SubjectEnvCancel(hostID string) string { return "jetrl.env.host." + hostID + ".cancel" }
@@ -111,6 +118,11 @@ const (
 	MaxEpisodeBytes    = 1 << 20 // one episode
 	MaxBatchBytes      = 8 << 20 // one batch or train batch; needs max_payload >= this on the server
 	MaxEnvMessageBytes = 256 << 10
+	// MaxEnvBatchItems is the most calls one EnvStartBatch or EnvStepBatch carries.
+	MaxEnvBatchItems = 256
+	// MaxEnvBatchBytes bounds one env batch request or reply message; a batch reply that would be larger
+	// is sent as several.
+	MaxEnvBatchBytes = 1 << 20
 	ServerMaxPayload   = 8 << 20 // max_payload the embedded server is started with
 	DedupWindow        = 10 * time.Minute
 	StreamMaxAge       = 24 * time.Hour

@@ -186,6 +186,7 @@ func (c *upCmd) Run(g *globals) error {
 		return err
 	}
 	env := envclient.New(admin, envclient.Config{})
+	defer func() { _ = env.Close() }()
 	say := func(format string, args ...any) {
 		if !c.Quiet {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)

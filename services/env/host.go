@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,6 +176,8 @@ func (h *Host) Run(ctx context.Context) error {
 		add("start", proto.SubjectEnvStart, h.handleStart, micro.WithEndpointQueueGroup(proto.EnvQueueGroup)),
 		add("step", proto.SubjectEnvStep(h.cfg.HostID), h.handleStep),
 		add("cancel", proto.SubjectEnvCancel(h.cfg.HostID), h.handleCancel),
+		add("starts", proto.SubjectEnvStartBatch, h.handleStartBatch, micro.WithEndpointQueueGroup(proto.EnvQueueGroup)),
+		add("steps", proto.SubjectEnvStepBatch(h.cfg.HostID), h.handleStepBatch),
 	)
 	if err != nil {
 		_ = svc.Stop()
@@ -313,28 +316,35 @@ func (h *Host) handleStart(r request) {
 		h.failWrapped(r, "start", err)
 		return
 	}
+	rep, err := h.start(req)
+	if err != nil {
+		h.failWrapped(r, "start", err)
+		return
+	}
+	h.respond(r, "start", rep)
+}
+
+// start opens one session; its errors wrap the catalogued error a client acts on.
+func (h *Host) start(req proto.EnvStartRequest) (*proto.EnvStartReply, error) {
 	fam, err := h.deps.Families.Get(req.Task)
 	if err != nil {
 		h.refused.WithLabelValues("unknown-task").Inc()
-		h.failWrapped(r, "start", err)
-		return
+		return nil, err
 	}
 	h.mu.Lock()
 	full := len(h.sessions) >= h.cfg.Capacity
 	h.mu.Unlock()
 	if full {
 		h.refused.WithLabelValues("capacity").Inc()
-		h.fail(r, "start", proto.ErrHostFull, fmt.Sprintf("host %s holds %d sessions", h.cfg.HostID, h.cfg.Capacity))
-		return
+		return nil, fmt.Errorf("%w: host %s holds %d sessions", proto.ErrHostFull, h.cfg.HostID, h.cfg.Capacity)
 	}
 	sess, open, err := task.NewSession(fam, req.Split, req.Seed)
 	if err != nil {
 		h.refused.WithLabelValues("bad-request").Inc()
-		h.failWrapped(r, "start", err)
-		return
+		return nil, err
 	}
 	s := &session{
-		id:       fmt.Sprintf("%s-%d", h.cfg.HostID, h.nextID.Add(1)),
+		id:       h.cfg.HostID + "-" + strconv.FormatUint(h.nextID.Add(1), 10),
 		task:     req.Task,
 		sess:     sess,
 		lastCall: time.Now(),
@@ -343,14 +353,14 @@ func (h *Host) handleStart(r request) {
 	if len(h.sessions) >= h.cfg.Capacity {
 		h.mu.Unlock()
 		h.refused.WithLabelValues("capacity").Inc()
-		h.fail(r, "start", proto.ErrHostFull, fmt.Sprintf("host %s holds %d sessions", h.cfg.HostID, h.cfg.Capacity))
-		return
+		_ = sess.Close()
+		return nil, fmt.Errorf("%w: host %s holds %d sessions", proto.ErrHostFull, h.cfg.HostID, h.cfg.Capacity)
 	}
 	h.sessions[s.id] = s
 	h.mu.Unlock()
 	h.active.Inc()
 	h.started.WithLabelValues(req.Task).Inc()
-	h.respond(r, "start", proto.EnvStartReply{
+	return &proto.EnvStartReply{
 		Schema:    proto.SchemaVersion,
 		SessionID: s.id,
 		HostID:    h.cfg.HostID,
@@ -363,7 +373,7 @@ func (h *Host) handleStart(r request) {
 		Tools:       fam.Tools(),
 		Admissible:  open.Admissible,
 		MaxTurns:    fam.MaxTurns(),
-	})
+	}, nil
 }
 
 func (h *Host) lookup(id string) (*session, error) {
@@ -410,17 +420,25 @@ func (h *Host) handleStep(r request) {
 		h.failWrapped(r, "step", err)
 		return
 	}
-	s, err := h.lookup(req.SessionID)
+	rep, err := h.stepSession(req)
 	if err != nil {
 		h.failWrapped(r, "step", err)
 		return
+	}
+	h.respond(r, "step", rep)
+}
+
+// stepSession applies one call to its session; its errors wrap the catalogued error a client acts on.
+func (h *Host) stepSession(req proto.EnvStepRequest) (*proto.EnvStepReply, error) {
+	s, err := h.lookup(req.SessionID)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastCall = time.Now()
 	if s.broken != nil {
-		h.failWrapped(r, "step", s.broken)
-		return
+		return nil, s.broken
 	}
 	start := time.Now()
 	res, err := h.step(s, req.Call)
@@ -429,14 +447,13 @@ func (h *Host) handleStep(r request) {
 		if errors.Is(err, proto.ErrEnvTimeout) || errors.Is(err, proto.ErrInternal) {
 			s.broken = err
 		}
-		h.failWrapped(r, "step", err)
-		return
+		return nil, err
 	}
 	h.stepped.WithLabelValues(s.task, res.Status).Inc()
 	if res.Done {
 		h.drop(s)
 	}
-	h.respond(r, "step", proto.EnvStepReply{
+	return &proto.EnvStepReply{
 		Schema:      proto.SchemaVersion,
 		Observation: res.Observation,
 		Admissible:  res.Admissible,
@@ -445,7 +462,7 @@ func (h *Host) handleStep(r request) {
 		Status:      res.Status,
 		Turn:        s.sess.Turn(),
 		Metrics:     res.Metrics,
-	})
+	}, nil
 }
 
 // step applies one call within CallTimeout and checks what the game returned.

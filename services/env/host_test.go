@@ -27,6 +27,24 @@ var testCtx = bustest.Ctx
 type fixture struct {
 	url string
 	nc  *nats.Conn
+	// unbatched makes client() call singly instead of in batches.
+	unbatched bool
+}
+
+// bothWays runs a test once with a client that batches its calls and once with one that calls singly,
+// each on a server of its own, so the host's batch endpoints and its single ones answer the same.
+func bothWays(t *testing.T, test func(t *testing.T, f *fixture)) {
+	for _, unbatched := range []bool{false, true} {
+		name := "batched"
+		if unbatched {
+			name = "single"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.unbatched = unbatched
+			test(t, f)
+		})
+	}
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -66,13 +84,21 @@ func (f *fixture) startHost(t *testing.T, cfg env.Config, families task.Registry
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := bustest.Run(t, "env host", 10*time.Second, h.Run)
+	return &host{Host: h, stop: runHost(t, h)}
+}
+
+// runHost runs h until the test ends (or stop is called) once it serves.
+func runHost(t *testing.T, h *env.Host) (stop func()) {
+	t.Helper()
+	stop = bustest.Run(t, "env host", 10*time.Second, h.Run)
 	eventually(t, 10*time.Second, "the host to serve", h.Running)
-	return &host{Host: h, stop: stop}
+	return stop
 }
 
 func (f *fixture) client(t *testing.T) *envclient.Client {
-	return envclient.New(f.conn(t), envclient.Config{CallTimeout: 5 * time.Second, StartRetries: 1})
+	c := envclient.New(f.conn(t), envclient.Config{CallTimeout: 5 * time.Second, StartRetries: 1, Unbatched: f.unbatched})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func startReq(seed uint64) proto.EnvStartRequest {
@@ -80,8 +106,9 @@ func startReq(seed uint64) proto.EnvStartRequest {
 }
 
 // The host plays the instance (split, seed) names: the scripted solver of a local copy wins it over NATS.
-func TestStartStepToTheEnd(t *testing.T) {
-	f := newFixture(t)
+func TestStartStepToTheEnd(t *testing.T) { bothWays(t, testStartStepToTheEnd) }
+
+func testStartStepToTheEnd(t *testing.T, f *fixture) {
 	h := f.startHost(t, env.Config{}, nil)
 	c := f.client(t)
 	ctx := testCtx(t)
@@ -139,8 +166,9 @@ func TestStartStepToTheEnd(t *testing.T) {
 	}
 }
 
-func TestCancel(t *testing.T) {
-	f := newFixture(t)
+func TestCancel(t *testing.T) { bothWays(t, testCancel) }
+
+func testCancel(t *testing.T, f *fixture) {
 	h := f.startHost(t, env.Config{}, nil)
 	c := f.client(t)
 	ctx := testCtx(t)
@@ -162,8 +190,9 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestRefusals(t *testing.T) {
-	f := newFixture(t)
+func TestRefusals(t *testing.T) { bothWays(t, testRefusals) }
+
+func testRefusals(t *testing.T, f *fixture) {
 	h := f.startHost(t, env.Config{}, nil)
 	c := f.client(t)
 	ctx := testCtx(t)
@@ -209,7 +238,10 @@ func TestRefusals(t *testing.T) {
 
 // A bad tool call is the agent's mistake: it gets an observation that says what is wrong, and costs a turn.
 func TestBadToolCallGetsAnErrorObservation(t *testing.T) {
-	f := newFixture(t)
+	bothWays(t, testBadToolCallGetsAnErrorObservation)
+}
+
+func testBadToolCallGetsAnErrorObservation(t *testing.T, f *fixture) {
 	f.startHost(t, env.Config{}, nil)
 	c := f.client(t)
 	ctx := testCtx(t)
@@ -238,8 +270,9 @@ func TestBadToolCallGetsAnErrorObservation(t *testing.T) {
 	}
 }
 
-func TestCapacity(t *testing.T) {
-	f := newFixture(t)
+func TestCapacity(t *testing.T) { bothWays(t, testCapacity) }
+
+func testCapacity(t *testing.T, f *fixture) {
 	h := f.startHost(t, env.Config{Capacity: 2}, nil)
 	c := f.client(t)
 	ctx := testCtx(t)
@@ -405,9 +438,11 @@ func TestShutdownStopsServing(t *testing.T) {
 type blockingFamily struct {
 	task.Family
 	maxTurns int // 0: alfworld's
-	release  chan struct{}
-	entered  chan struct{}
-	stepped  chan struct{}
+	// blockSeed, if set, makes only the instance of that seed block; the others step at once.
+	blockSeed uint64
+	release   chan struct{}
+	entered   chan struct{}
+	stepped   chan struct{}
 }
 
 func (f *blockingFamily) MaxTurns() int {
@@ -419,15 +454,19 @@ func (f *blockingFamily) MaxTurns() int {
 
 type blockingInstance struct {
 	task.Instance
-	f *blockingFamily
+	f    *blockingFamily
+	seed uint64
 }
 
 func (f *blockingFamily) New(split string, seed uint64) (task.Instance, error) {
 	inst, err := f.Family.New(split, seed)
-	return &blockingInstance{Instance: inst, f: f}, err
+	return &blockingInstance{Instance: inst, f: f, seed: seed}, err
 }
 
 func (i *blockingInstance) Step(call proto.ToolCall) task.Result {
+	if i.f.blockSeed != 0 && i.seed != i.f.blockSeed {
+		return i.Instance.Step(call)
+	}
 	i.f.entered <- struct{}{}
 	<-i.f.release
 	defer func() { i.f.stepped <- struct{}{} }()
@@ -448,8 +487,9 @@ func wait(t *testing.T, ch chan struct{}, what string) {
 }
 
 // A step slower than CallTimeout fails with ErrEnvTimeout, and the session stays failed.
-func TestSlowStepTimesOut(t *testing.T) {
-	f := newFixture(t)
+func TestSlowStepTimesOut(t *testing.T) { bothWays(t, testSlowStepTimesOut) }
+
+func testSlowStepTimesOut(t *testing.T, f *fixture) {
 	fam := newBlockingFamily()
 	h := f.startHost(t, env.Config{CallTimeout: 50 * time.Millisecond}, task.Registry{alfworld.Name: fam})
 	c := f.client(t)
@@ -476,7 +516,10 @@ func TestSlowStepTimesOut(t *testing.T) {
 // not touch the session's state concurrently with it (run with -race). With a turn limit of 1 the late step
 // ends the session (it writes the session's done flag) while the cancel closes it.
 func TestCancelWhileTimedOutStepStillRuns(t *testing.T) {
-	f := newFixture(t)
+	bothWays(t, testCancelWhileTimedOutStepStillRuns)
+}
+
+func testCancelWhileTimedOutStepStillRuns(t *testing.T, f *fixture) {
 	fam := newBlockingFamily()
 	fam.maxTurns = 1
 	h := f.startHost(t, env.Config{CallTimeout: 50 * time.Millisecond}, task.Registry{alfworld.Name: fam})

@@ -311,6 +311,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 			log.Warn().Str("host", host).Str("from", from.String()).Str("to", to.String()).Msg("env host breaker")
 		},
 	}})
+	defer func() { _ = env.Close() }() // after the episodes have drained (deferred later, run earlier)
 	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version).WithConsumed(r.pool.Consumed).WakeOnVersion(r.pool.Changed)
 
 	// Episodes run on a context that outlives ctx by DrainTimeout, so shutdown drains instead of dropping.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
@@ -22,16 +24,27 @@ type Config struct {
 	// StartRetries is how often a start refused for capacity (or unanswered) is tried again.
 	StartRetries int
 	Breaker      breaker.Settings
+	// Unbatched sends every start and step as a request of its own. By default the calls that wait at the
+	// same moment go out together, one EnvStartBatch or EnvStepBatch per subject (see batcher), and a
+	// host that does not serve batches is called singly.
+	Unbatched bool
 }
 
 // Client talks to env hosts.
 type Client struct {
 	nc       *nats.Conn
 	cfg      Config
-	breakers *breaker.Set[*nats.Msg]
+	breakers *breaker.Set[*proto.EnvStepReply]
+
+	starts *batcher
+	mu     sync.Mutex
+	steps  map[string]*batcher // by host
+	reply  *replies            // made on the first batch, unsubscribed by Close
+
+	batches, batchedCalls atomic.Int64
 }
 
-// New returns a client on nc.
+// New returns a client on nc; Close releases its reply subscription.
 func New(nc *nats.Conn, cfg Config) *Client {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 10 * time.Second
@@ -39,11 +52,107 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	if cfg.StartRetries == 0 {
 		cfg.StartRetries = 20
 	}
-	return &Client{nc: nc, cfg: cfg, breakers: breaker.NewSet[*nats.Msg](cfg.Breaker)}
+	c := &Client{nc: nc, cfg: cfg, breakers: breaker.NewSet[*proto.EnvStepReply](cfg.Breaker), steps: map[string]*batcher{}}
+	c.starts = &batcher{c: c, subject: proto.SubjectEnvStartBatch, starts: true}
+	return c
 }
 
 // Breakers exposes the per-host breakers (for metrics and tests).
-func (c *Client) Breakers() *breaker.Set[*nats.Msg] { return c.breakers }
+func (c *Client) Breakers() *breaker.Set[*proto.EnvStepReply] { return c.breakers }
+
+// Close stops the client's batch reply subscription; calls still waiting on it time out.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reply == nil {
+		return nil
+	}
+	err := c.reply.sub.Unsubscribe()
+	c.reply = nil
+	return err
+}
+
+// BatchStats says how the client's calls travelled.
+type BatchStats struct {
+	// Batches and Calls count the batch requests sent and the calls they carried; Calls / Batches is the
+	// mean batch size.
+	Batches, Calls int64
+	// Malformed counts batch replies, or results in them, that could not be used (their calls failed
+	// with ErrMalformed).
+	Malformed int64
+	// Waiting is the number of sent batches with calls still waiting for their results.
+	Waiting int
+}
+
+// BatchStats returns the client's batch counters.
+func (c *Client) BatchStats() BatchStats {
+	st := BatchStats{Batches: c.batches.Load(), Calls: c.batchedCalls.Load()}
+	c.mu.Lock()
+	r := c.reply
+	c.mu.Unlock()
+	if r != nil {
+		st.Malformed, st.Waiting = r.malformed.Load(), r.waiting()
+	}
+	return st
+}
+
+// replySub returns the subscription batch replies come to, subscribing on first use.
+func (c *Client) replySub() (*replies, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reply != nil {
+		return c.reply, nil
+	}
+	r := &replies{prefix: c.nc.NewInbox() + ".", pending: map[string]*sentBatch{}}
+	sub, err := c.nc.Subscribe(r.prefix+"*", r.onReply)
+	if err != nil {
+		return nil, err
+	}
+	r.sub = sub
+	c.reply = r
+	return r, nil
+}
+
+func (c *Client) stepBatcher(hostID string) *batcher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.steps[hostID]
+	if !ok {
+		b = &batcher{c: c, subject: proto.SubjectEnvStepBatch(hostID)}
+		c.steps[hostID] = b
+	}
+	return b
+}
+
+// batched sends cl through b and waits for its result within CallTimeout; errBatchSkipped means: make
+// this call on its own.
+func (c *Client) batched(ctx context.Context, b *batcher, cl *call) (proto.EnvBatchResult, error) {
+	if c.cfg.Unbatched || b.useSingle() {
+		return proto.EnvBatchResult{}, errBatchSkipped
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	cl.done = make(chan callResult, 1)
+	b.enqueue(cl)
+	select {
+	case res := <-cl.done:
+		if res.single {
+			return proto.EnvBatchResult{}, errBatchSkipped
+		}
+		return res.res, res.err
+	case <-rctx.Done():
+		c.mu.Lock()
+		r := c.reply
+		c.mu.Unlock()
+		if r != nil {
+			r.abandon(cl)
+		}
+		if ctx.Err() != nil {
+			return proto.EnvBatchResult{}, ctx.Err()
+		}
+		return proto.EnvBatchResult{}, fmt.Errorf("%w: %s after %v", proto.ErrEnvTimeout, b.subject, c.cfg.CallTimeout)
+	}
+}
 
 // Start opens a session on some host with free capacity.
 func (c *Client) Start(ctx context.Context, req proto.EnvStartRequest) (*proto.EnvStartReply, error) {
@@ -62,13 +171,9 @@ func (c *Client) Start(ctx context.Context, req proto.EnvStartRequest) (*proto.E
 			case <-time.After(wait):
 			}
 		}
-		msg, err := c.request(ctx, proto.SubjectEnvStart, data)
+		rep, err := c.startOnce(ctx, &req, data)
 		if err == nil {
-			var rep proto.EnvStartReply
-			if err := codec.Unmarshal(msg.Data, &rep); err != nil {
-				return nil, err
-			}
-			return &rep, nil
+			return rep, nil
 		}
 		lastErr = err
 		// A full or stopping host, or no answer: another host of the queue group may take the next try.
@@ -79,23 +184,67 @@ func (c *Client) Start(ctx context.Context, req proto.EnvStartRequest) (*proto.E
 	return nil, fmt.Errorf("start %s: %w", req.Task, lastErr)
 }
 
-// Step sends one call to the session's host, through that host's breaker.
-func (c *Client) Step(ctx context.Context, hostID, sessionID string, call proto.ToolCall) (*proto.EnvStepReply, error) {
-	data, err := codec.Marshal(proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: sessionID, Call: call}, proto.MaxEnvMessageBytes)
+// startOnce makes one attempt at a start: in a batch, or on its own.
+func (c *Client) startOnce(ctx context.Context, req *proto.EnvStartRequest, data []byte) (*proto.EnvStartReply, error) {
+	res, err := c.batched(ctx, c.starts, &call{start: req})
+	if err == nil {
+		return res.Start, nil
+	}
+	if !errors.Is(err, errBatchSkipped) {
+		return nil, err
+	}
+	msg, err := c.request(ctx, proto.SubjectEnvStart, data)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := c.breakers.Execute(hostID, func() (*nats.Msg, error) {
-		return c.request(ctx, proto.SubjectEnvStep(hostID), data)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("host %s: %w", hostID, err)
-	}
-	var rep proto.EnvStepReply
+	var rep proto.EnvStartReply
 	if err := codec.Unmarshal(msg.Data, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, nil
+}
+
+// Step sends one call to the session's host, through that host's breaker.
+func (c *Client) Step(ctx context.Context, hostID, sessionID string, tc proto.ToolCall) (*proto.EnvStepReply, error) {
+	req := proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: sessionID, Call: tc}
+	var data []byte
+	encode := func() (err error) {
+		if data == nil {
+			data, err = codec.Marshal(req, proto.MaxEnvMessageBytes)
+		}
+		return err
+	}
+	// A request that may be near the limit is refused here, before it can travel in a batch.
+	if len(sessionID)+len(tc.Name)+len(tc.Arguments) > proto.MaxEnvMessageBytes/2 {
+		if err := encode(); err != nil {
+			return nil, err
+		}
+	}
+	rep, err := c.breakers.Execute(hostID, func() (*proto.EnvStepReply, error) {
+		res, err := c.batched(ctx, c.stepBatcher(hostID), &call{step: &req})
+		if err == nil {
+			return res.Step, nil
+		}
+		if !errors.Is(err, errBatchSkipped) {
+			return nil, err
+		}
+		if err := encode(); err != nil {
+			return nil, err
+		}
+		msg, err := c.request(ctx, proto.SubjectEnvStep(hostID), data)
+		if err != nil {
+			return nil, err
+		}
+		var rep proto.EnvStepReply
+		if err := codec.Unmarshal(msg.Data, &rep); err != nil {
+			return nil, err
+		}
+		return &rep, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", hostID, err)
+	}
+	return rep, nil
 }
 
 // Cancel ends a session; errors are returned but a caller that is giving up on a session may ignore them.

@@ -66,6 +66,42 @@ func (g *zeroInstance) Start() task.Opening {
 
 func (g *zeroInstance) Step(call proto.ToolCall) task.Result {
 	got := -1
+	switch call {
+	case zeroCalls[0]: // the calls as offered, without parsing their arguments
+		got = 0
+	case zeroCalls[1]:
+		got = 1
+	default:
+		got = zeroParse(call)
+	}
+	if got == g.want() {
+		g.right++
+	}
+	g.turn++
+	if g.turn >= g.turns {
+		return task.Result{Observation: "end", Done: true, Reward: float64(g.right) / float64(g.turns), Status: proto.StatusCompleted}
+	}
+	obs := ""
+	if g.turn < len(zeroObservations) {
+		obs = zeroObservations[g.turn]
+	} else {
+		obs = fmt.Sprintf("s%d", g.turn)
+	}
+	return task.Result{Observation: obs, Admissible: zeroCalls, Status: proto.StatusRunning}
+}
+
+// zeroObservations are the observations of the first turns, made once.
+var zeroObservations = func() []string {
+	out := make([]string, 64)
+	for i := range out {
+		out[i] = fmt.Sprintf("s%d", i)
+	}
+	return out
+}()
+
+// zeroParse reads the option of a call written otherwise than as offered (-1 if it names none).
+func zeroParse(call proto.ToolCall) int {
+	got := -1
 	if call.Name == "pick" {
 		var args struct {
 			Option string `json:"option"`
@@ -79,14 +115,7 @@ func (g *zeroInstance) Step(call proto.ToolCall) task.Result {
 			}
 		}
 	}
-	if got == g.want() {
-		g.right++
-	}
-	g.turn++
-	if g.turn >= g.turns {
-		return task.Result{Observation: "end", Done: true, Reward: float64(g.right) / float64(g.turns), Status: proto.StatusCompleted}
-	}
-	return task.Result{Observation: fmt.Sprintf("s%d", g.turn), Admissible: zeroCalls, Status: proto.StatusRunning}
+	return got
 }
 
 func (g *zeroInstance) Solve() proto.ToolCall { return zeroCalls[g.want()] }
