@@ -123,11 +123,11 @@ const (
 	// MaxEnvBatchBytes bounds one env batch request or reply message; a batch reply that would be larger
 	// is sent as several.
 	MaxEnvBatchBytes = 1 << 20
-	ServerMaxPayload   = 8 << 20 // max_payload the embedded server is started with
-	DedupWindow        = 10 * time.Minute
-	StreamMaxAge       = 24 * time.Hour
-	StreamMaxBytes     = 2 << 30
-	WeightsHistory     = 8 // versions kept in BucketWeights before the oldest are deleted
+	ServerMaxPayload = 8 << 20 // max_payload the embedded server is started with
+	DedupWindow      = 10 * time.Minute
+	StreamMaxAge     = 24 * time.Hour
+	StreamMaxBytes   = 2 << 30
+	WeightsHistory   = 8 // versions kept in BucketWeights before the oldest are deleted
 	// MaxUnackedEpisodes is the replay-buffer's episodes consumer MaxAckPending: no more episodes than
 	// this can come back to a restarted buffer, which bounds what the buffer and the trainer must remember
 	// of released and applied groups to recognise a repeat.
