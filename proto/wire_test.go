@@ -233,3 +233,73 @@ func TestEncodersMatchTheStructTags(t *testing.T) {
 		}
 	}
 }
+
+// The env step messages' hand-written codecs write the bytes of the reflecting codec and read them back.
+func TestEnvStepCodecsMatchTheReflectingCodec(t *testing.T) {
+	type plainCall proto.ToolCall
+	type plainRequest proto.EnvStepRequest
+	type plainReply proto.EnvStepReply
+	call := proto.ToolCall{Name: "execute_sql", Arguments: `{"query":"SELECT name FROM t"}`}
+	tests := []struct {
+		name    string
+		given   any
+		plain   any
+		decoded func() any
+	}{
+		{"tool call", call, plainCall(call), func() any { return &proto.ToolCall{} }},
+		{"step request", proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h1-7", Call: call},
+			plainRequest{Schema: proto.SchemaVersion, SessionID: "h1-7", Call: call}, func() any { return &proto.EnvStepRequest{} }},
+		{"step reply", proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "3 rows", Admissible: []proto.ToolCall{call, {Name: "commit_final_answer"}}, Reward: 0.5, Status: proto.StatusRunning, Turn: 300, Metrics: map[string]float64{"invalid_call": 1}},
+			plainReply{Schema: proto.SchemaVersion, Observation: "3 rows", Admissible: []proto.ToolCall{call, {Name: "commit_final_answer"}}, Reward: 0.5, Status: proto.StatusRunning, Turn: 300, Metrics: map[string]float64{"invalid_call": 1}},
+			func() any { return &proto.EnvStepReply{} }},
+		{"final step reply without metrics or calls", proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "done", Done: true, Reward: 1, Status: proto.StatusCompleted, Turn: 4},
+			plainReply{Schema: proto.SchemaVersion, Observation: "done", Done: true, Reward: 1, Status: proto.StatusCompleted, Turn: 4},
+			func() any { return &proto.EnvStepReply{} }},
+		{"an unknown status", proto.EnvStepReply{Schema: proto.SchemaVersion, Admissible: []proto.ToolCall{}, Status: "paused"},
+			plainReply{Schema: proto.SchemaVersion, Admissible: []proto.ToolCall{}, Status: "paused"}, func() any { return &proto.EnvStepReply{} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := msgpack.Marshal(tc.given)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := msgpack.Marshal(tc.plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encoded\n% x\nthe reflecting codec writes\n% x", got, want)
+			}
+			back := tc.decoded()
+			if err := msgpack.Unmarshal(got, back); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(reflect.ValueOf(back).Elem().Interface(), tc.given) {
+				t.Fatalf("decoded %+v, want %+v", back, tc.given)
+			}
+		})
+	}
+}
+
+// Another producer may order the keys otherwise, add keys of its own or send nil for a list.
+func TestEnvStepReplyDecoderToleratesOtherProducers(t *testing.T) {
+	data, err := msgpack.Marshal(map[string]any{"turn": 2, "status": "running", "a_new_field": []int{1, 2}, "admissible": nil,
+		"observation": "ok", "schema": proto.SchemaVersion, strings.Repeat("k", 40): true, "call": "ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got proto.EnvStepReply
+	if err := msgpack.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "ok", Status: proto.StatusRunning, Turn: 2}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	for _, bad := range [][]byte{{0x81, 0xa4, 't', 'u', 'r', 'n', 0xa1, 'x'}, {0x82, 0xaa}, {0x81, 0xaa, 'a', 'd', 'm', 'i', 's', 's', 'i', 'b', 'l', 'e', 0xdd, 0xff, 0xff, 0xff, 0xff}} {
+		if err := msgpack.Unmarshal(bad, &got); err == nil {
+			t.Fatalf("% x decoded without an error", bad)
+		}
+	}
+}

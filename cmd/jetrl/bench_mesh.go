@@ -64,6 +64,8 @@ type meshBenchResult struct {
 	RawSeconds       float64 `json:"raw_seconds"`
 	PolicyVersions   int64   `json:"policy_versions"`
 	TrainerBusy      float64 `json:"trainer_busy"`
+	// EnvCallsPerBatch is the mean number of env starts and steps per batch request in the window.
+	EnvCallsPerBatch float64 `json:"env_calls_per_batch"`
 	// CPU time of the whole process (services, embedded server, everything) per episode moved: what each
 	// path costs, whatever else the machine is running.
 	MeshCPUMicros float64 `json:"mesh_cpu_us_per_episode"`
@@ -103,6 +105,7 @@ func (c *benchMeshCmd) Run(g *globals) error {
 	}
 	fmt.Printf("zero-latency env, %d turns per episode, policy of 2^%d weights, G=%d, B=%d, eta=%d, %d episodes at once; raw: fastest of %d rounds\n",
 		c.Turns, c.Bits, c.GroupSize, c.BatchSize, c.Eta, c.Concurrency, c.RawRounds)
+	fmt.Printf("mesh: %.1f env calls per batch message, %d policy versions, trainer busy %.0f%%\n", res.EnvCallsPerBatch, res.PolicyVersions, 100*res.TrainerBusy)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\tCPU µs/episode\t\n")
 	fmt.Fprintf(w, "mesh: env → rollout → replay-buffer → normalizer → trainer\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds, res.MeshCPUMicros)
@@ -283,6 +286,9 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logg
 	res.MeshEnvStepsPerS = float64(r1.Turns-r0.Turns) / secs
 	if played := r1.Published - r0.Published; played > 0 {
 		res.TurnsPerEpisode = float64(r1.Turns-r0.Turns) / float64(played)
+	}
+	if n := r1.EnvBatches - r0.EnvBatches; n > 0 {
+		res.EnvCallsPerBatch = float64(r1.EnvBatchedCalls-r0.EnvBatchedCalls) / float64(n)
 	}
 	res.PolicyVersions = t1.Version - t0.Version
 	res.TrainerBusy = t1.BusyFraction

@@ -176,6 +176,7 @@ type Rollout struct {
 		ids map[string]struct{}
 	}
 	schedule atomic.Pointer[TaskSchedule]
+	env      atomic.Pointer[envclient.Client] // while Run plays
 
 	published, infra, breakerChanges *prometheus.CounterVec
 	turns, unpublished, loadRetries  prometheus.Counter
@@ -233,15 +234,25 @@ type Status struct {
 	BreakerOpens  int64  `json:"breaker_opens"`
 	// WeightsLoadRetries counts failed attempts to load a published version (each is retried).
 	WeightsLoadRetries int64 `json:"weights_load_retries"`
+	// EnvBatches and EnvBatchedCalls count the env batch requests sent and the starts and steps they
+	// carried; EnvMalformedReplies the batch replies that could not be used.
+	EnvBatches          int64 `json:"env_batches"`
+	EnvBatchedCalls     int64 `json:"env_batched_calls"`
+	EnvMalformedReplies int64 `json:"env_malformed_replies"`
 }
 
 // Status returns the replica's counters.
 func (r *Rollout) Status() Status {
 	r.stats.Lock()
 	defer r.stats.Unlock()
-	return Status{ID: r.cfg.ID, Version: r.pool.Version(), InFlight: r.inflight.Load(),
+	st := Status{ID: r.cfg.ID, Version: r.pool.Version(), InFlight: r.inflight.Load(),
 		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns, BreakerOpens: r.stats.breakerOpens,
 		WeightsLoadRetries: r.stats.loadRetries}
+	if env := r.env.Load(); env != nil {
+		b := env.BatchStats()
+		st.EnvBatches, st.EnvBatchedCalls, st.EnvMalformedReplies = b.Batches, b.Calls, b.Malformed
+	}
+	return st
 }
 
 // Run plays episodes until ctx ends, then stops admitting, lets episodes in flight finish for up to
@@ -311,6 +322,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 			log.Warn().Str("host", host).Str("from", from.String()).Str("to", to.String()).Msg("env host breaker")
 		},
 	}})
+	r.env.Store(env)
 	defer func() { _ = env.Close() }() // after the episodes have drained (deferred later, run earlier)
 	gate := NewStalenessGate(counter, r.cfg.BatchSize, r.cfg.Eta, r.pool.Version).WithConsumed(r.pool.Consumed).WakeOnVersion(r.pool.Changed)
 

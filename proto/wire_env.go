@@ -1,0 +1,188 @@
+package proto
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Hand-written codecs of the env messages a step batch is made of (EnvStepRequest, EnvStepReply and their
+// ToolCalls), which every turn of every episode sends and receives. Like those of wire.go they write and
+// read exactly what the struct tags make the reflecting codec write and read; wire_test.go and the golden
+// fixtures hold them to it.
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (c ToolCall) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(2)
+	w.key("name").str(c.Name)
+	w.key("arguments").str(c.Arguments)
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder: the map of ToolCall's tags, in any key order.
+func (c *ToolCall) DecodeMsgpack(d *msgpack.Decoder) error {
+	*c = ToolCall{}
+	return decodeFields(d, "tool call", func(key string) (err error) {
+		switch key {
+		case "name":
+			c.Name, err = d.DecodeString()
+		case "arguments":
+			c.Arguments, err = d.DecodeString()
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (r EnvStepRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(3)
+	w.key("schema").int(r.Schema)
+	w.key("session_id").str(r.SessionID)
+	w.key("call")
+	if w.err == nil {
+		w.err = r.Call.EncodeMsgpack(enc)
+	}
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (r *EnvStepRequest) DecodeMsgpack(d *msgpack.Decoder) error {
+	*r = EnvStepRequest{}
+	return decodeFields(d, "step request", func(key string) (err error) {
+		switch key {
+		case "schema":
+			r.Schema, err = d.DecodeInt()
+		case "session_id":
+			r.SessionID, err = d.DecodeString()
+		case "call":
+			err = r.Call.DecodeMsgpack(d)
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder (metrics omitted when empty, as its tag says).
+func (r EnvStepReply) EncodeMsgpack(enc *msgpack.Encoder) error {
+	n := 8
+	if len(r.Metrics) == 0 {
+		n--
+	}
+	w := wireWriter{enc: enc}
+	w.mapLen(n)
+	w.key("schema").int(r.Schema)
+	w.key("observation").str(r.Observation)
+	w.key("admissible")
+	if r.Admissible == nil {
+		w.null()
+	} else {
+		w.arrayLen(len(r.Admissible))
+		for _, c := range r.Admissible {
+			if w.err == nil {
+				w.err = c.EncodeMsgpack(enc)
+			}
+		}
+	}
+	w.key("done").bool(r.Done)
+	w.key("reward").float64(r.Reward)
+	w.key("status").str(r.Status)
+	w.key("turn").int(r.Turn)
+	if len(r.Metrics) > 0 {
+		w.key("metrics").mapLen(len(r.Metrics))
+		for k, v := range r.Metrics {
+			w.str(k)
+			w.float64(v)
+		}
+	}
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (r *EnvStepReply) DecodeMsgpack(d *msgpack.Decoder) error {
+	*r = EnvStepReply{}
+	return decodeFields(d, "step reply", func(key string) (err error) {
+		switch key {
+		case "schema":
+			r.Schema, err = d.DecodeInt()
+		case "observation":
+			r.Observation, err = d.DecodeString()
+		case "admissible":
+			r.Admissible, err = decodeToolCalls(d)
+		case "done":
+			r.Done, err = d.DecodeBool()
+		case "reward":
+			r.Reward, err = d.DecodeFloat64()
+		case "status":
+			r.Status, err = decodeKnown(d, statuses)
+		case "turn":
+			r.Turn, err = d.DecodeInt()
+		case "metrics":
+			r.Metrics, err = decodeMetrics(d)
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
+}
+
+// decodeFields reads a msgpack map (nil reads as no fields), calling field for each key.
+func decodeFields(d *msgpack.Decoder, what string, field func(key string) error) error {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	var key [32]byte
+	for i := 0; i < n; i++ {
+		kn, err := decodeKey(d, &key)
+		if err != nil {
+			return err
+		}
+		if err := field(string(key[:kn])); err != nil {
+			return fmt.Errorf("msgpack: %s field %q: %w", what, string(key[:kn]), err)
+		}
+	}
+	return nil
+}
+
+func decodeToolCalls(d *msgpack.Decoder) ([]ToolCall, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		return nil, err
+	}
+	if err := checkRemaining(d, n); err != nil { // every call takes at least one byte
+		return nil, err
+	}
+	out := make([]ToolCall, n)
+	for i := range out {
+		if err := out[i].DecodeMsgpack(d); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func decodeMetrics(d *msgpack.Decoder) (map[string]float64, error) {
+	n, err := d.DecodeMapLen()
+	if err != nil || n == -1 {
+		return nil, err
+	}
+	if err := checkRemaining(d, 2*n); err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, n)
+	for i := 0; i < n; i++ {
+		k, err := d.DecodeString()
+		if err != nil {
+			return nil, err
+		}
+		if out[k], err = d.DecodeFloat64(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
