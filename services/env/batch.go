@@ -19,11 +19,7 @@ const batchLinger = 300 * time.Microsecond
 // answers all of them in one reply (more if it would be too large).
 func (h *Host) handleStartBatch(r request) {
 	var req proto.EnvStartBatch
-	if err := h.decodeBatch(r, "starts", &req); err != nil {
-		return
-	}
-	if err := checkBatchSize(len(req.Starts)); err != nil {
-		h.failWrapped(r, "starts", err)
+	if !h.decodeBatch(r, "starts", &req, func() int { return len(req.Starts) }) {
 		return
 	}
 	results := make([]proto.EnvBatchResult, len(req.Starts))
@@ -47,11 +43,7 @@ func (h *Host) handleStartBatch(r request) {
 // steps are quick, otherwise those done within batchLinger of the first, then the next ones, and so on.
 func (h *Host) handleStepBatch(r request) {
 	var req proto.EnvStepBatch
-	if err := h.decodeBatch(r, "steps", &req); err != nil {
-		return
-	}
-	if err := checkBatchSize(len(req.Steps)); err != nil {
-		h.failWrapped(r, "steps", err)
+	if !h.decodeBatch(r, "steps", &req, func() int { return len(req.Steps) }) {
 		return
 	}
 	done := make(chan proto.EnvBatchResult, len(req.Steps))
@@ -88,23 +80,23 @@ func (h *Host) handleStepBatch(r request) {
 	}
 }
 
-// decodeBatch decodes a batch request, answering a malformed one with an error reply (counted).
-func (h *Host) decodeBatch(r request, endpoint string, v any) error {
-	if err := codec.Unmarshal(r.data, v); err != nil {
+// decodeBatch decodes a batch request into v and checks its number of calls, answering a request it
+// refuses with an error reply (counted); it says whether the batch is to be served.
+func (h *Host) decodeBatch(r request, endpoint string, v any, calls func() int) bool {
+	err := codec.Unmarshal(r.data, v)
+	if err == nil {
+		switch n := calls(); {
+		case n == 0:
+			err = fmt.Errorf("%w: a batch with no calls", proto.ErrMalformed)
+		case n > proto.MaxEnvBatchItems:
+			err = fmt.Errorf("%w: a batch of %d calls, at most %d", proto.ErrPayloadTooLarge, n, proto.MaxEnvBatchItems)
+		}
+	}
+	if err != nil {
 		h.failWrapped(r, endpoint, err)
-		return err
+		return false
 	}
-	return nil
-}
-
-func checkBatchSize(n int) error {
-	switch {
-	case n == 0:
-		return fmt.Errorf("%w: a batch with no calls", proto.ErrMalformed)
-	case n > proto.MaxEnvBatchItems:
-		return fmt.Errorf("%w: a batch of %d calls, at most %d", proto.ErrPayloadTooLarge, n, proto.MaxEnvBatchItems)
-	}
-	return nil
+	return true
 }
 
 // itemError is the result of a call that failed, as its single call's error reply would say it (counted

@@ -193,11 +193,16 @@ func (c *Client) startOnce(ctx context.Context, req *proto.EnvStartRequest, data
 	if !errors.Is(err, errBatchSkipped) {
 		return nil, err
 	}
-	msg, err := c.request(ctx, proto.SubjectEnvStart, data)
+	return requestReply[proto.EnvStartReply](ctx, c, proto.SubjectEnvStart, data)
+}
+
+// requestReply does one single request and decodes its reply.
+func requestReply[T any](ctx context.Context, c *Client, subject string, data []byte) (*T, error) {
+	msg, err := c.request(ctx, subject, data)
 	if err != nil {
 		return nil, err
 	}
-	var rep proto.EnvStartReply
+	var rep T
 	if err := codec.Unmarshal(msg.Data, &rep); err != nil {
 		return nil, err
 	}
@@ -231,15 +236,7 @@ func (c *Client) Step(ctx context.Context, hostID, sessionID string, tc proto.To
 		if err := encode(); err != nil {
 			return nil, err
 		}
-		msg, err := c.request(ctx, proto.SubjectEnvStep(hostID), data)
-		if err != nil {
-			return nil, err
-		}
-		var rep proto.EnvStepReply
-		if err := codec.Unmarshal(msg.Data, &rep); err != nil {
-			return nil, err
-		}
-		return &rep, nil
+		return requestReply[proto.EnvStepReply](ctx, c, proto.SubjectEnvStep(hostID), data)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", hostID, err)
