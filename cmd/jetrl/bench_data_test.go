@@ -44,7 +44,7 @@ func TestBenchMeshSmoke(t *testing.T) {
 	}
 	out := dataBenchJSON(t, res)
 	for _, k := range []string{"mesh_episodes_per_s", "mesh_env_steps_per_s", "raw_episodes_per_s", "ratio", "episode_bytes", "policy_versions",
-		"raw_env_episodes_per_s", "raw_both_episodes_per_s", "ratio_to_raw_both"} {
+		"raw_env_episodes_per_s", "raw_both_episodes_per_s", "ratio_to_raw_both", "env_calls_per_batch"} {
 		dataBenchPositive(t, out, k)
 	}
 	if res.TurnsPerEpisode != float64(c.Turns) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +30,7 @@ type reportCmd struct {
 	RunConfig     string   `name:"run-config" type:"existingfile" help:"YAML settings passed to every run (jetrl up --config)."`
 	Resume        bool     `name:"resume" default:"true" negatable:"" help:"Keep runs that already have a summary.json instead of running them again."`
 	Command       string   `name:"command" help:"The command line to print as the way to regenerate the report (default: this one)."`
+	Merge         []string `name:"merge" type:"existingfile" help:"Instead of running anything, join these report.json files of earlier runs (a later file's row of a method replaces an earlier one's) into report.md and report.json in --out."`
 }
 
 func (c *reportCmd) Validate() error {
@@ -101,6 +103,9 @@ func (c *reportCmd) plan() []reportRun {
 }
 
 func (c *reportCmd) Run(g *globals) error {
+	if len(c.Merge) > 0 {
+		return c.merge()
+	}
 	ctx, stop := signalContext()
 	defer stop()
 	self, err := os.Executable()
@@ -167,6 +172,53 @@ func (c *reportCmd) Run(g *globals) error {
 	}
 	fmt.Print(md)
 	fmt.Printf("\nwrote %s, %s, %s\n", filepath.Join(c.Out, "report.md"), filepath.Join(c.Out, "report.json"), filepath.Join(c.Out, "curves.png"))
+	return nil
+}
+
+// merge joins earlier reports' tables (their curves need the runs, so none is drawn).
+func (c *reportCmd) merge() error {
+	var reports []report.Report
+	var names, notes []string
+	wd, _ := os.Getwd()
+	for _, path := range c.Merge {
+		var rep report.Report
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		reports = append(reports, rep)
+		if rel, err := filepath.Rel(wd, path); err == nil {
+			path = rel
+		}
+		names = append(names, path)
+		if rep.Notes != "" && !slices.Contains(notes, rep.Notes) {
+			notes = append(notes, rep.Notes)
+		}
+	}
+	note := "Rows joined from " + strings.Join(names, ", ") + " (a later file's row of a method replaces an earlier one's). " + strings.Join(notes, " ")
+	rep, err := report.Merge(reports, strings.TrimSpace(note))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Out, 0o755); err != nil {
+		return err
+	}
+	command := c.Command
+	if command == "" {
+		command = "jetrl " + strings.Join(os.Args[1:], " ")
+	}
+	md := rep.Markdown(command)
+	if err := os.WriteFile(filepath.Join(c.Out, "report.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := runout.WriteJSON(c.Out, "report.json", rep); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	fmt.Printf("\nwrote %s, %s\n", filepath.Join(c.Out, "report.md"), filepath.Join(c.Out, "report.json"))
 	return nil
 }
 

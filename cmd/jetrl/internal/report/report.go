@@ -174,9 +174,17 @@ func Build(tasks []string, runs []Run, baselines map[string]Baseline) (Report, e
 			r.Untrained.Success[t], r.Untrained.Reward[t] = s.Mean, w.Mean
 		}
 	}
+	r.compare()
+	return r, nil
+}
+
+// compare fills the comparisons between rows: the gap of the full method to each family alone, and
+// whether both ablations fall below the full method.
+func (r *Report) compare() {
+	r.GapToSingle = map[string]float64{}
 	full, okFull := r.row(Full)
 	if single, ok := r.row(Single); ok && okFull {
-		for _, t := range tasks {
+		for _, t := range r.Tasks {
 			f, okF := full.Success[t]
 			s, okS := single.Success[t]
 			if okF && okS {
@@ -187,7 +195,64 @@ func Build(tasks []string, runs []Run, baselines map[string]Baseline) (Report, e
 	ntn, ok1 := r.row(NoTaskNorm)
 	ncp, ok2 := r.row(NoCrossPolicy)
 	r.PaperDirection = okFull && ok1 && ok2 && full.Mean > ntn.Mean && full.Mean > ncp.Mean
-	return r, nil
+}
+
+// Merge joins reports of the same families made by separate `jetrl report` runs (for instance the full
+// method and each family alone in one, the ablations in another): a method's row comes from the last
+// report that has it, the untrained policy's figures are averaged over the reports, and the comparisons are
+// made anew. notes says where the rows come from.
+func Merge(reports []Report, notes string) (Report, error) {
+	if len(reports) == 0 {
+		return Report{}, errors.New("merge: no reports")
+	}
+	out := Report{Tasks: slices.Clone(reports[0].Tasks), Baselines: map[string]Baseline{}, Notes: notes,
+		Untrained: Baseline{Success: map[string]float64{}, Reward: map[string]float64{}}}
+	rows := map[string]Row{}
+	untrained := map[string][2][]float64{}
+	for i, rep := range reports {
+		if !slices.Equal(rep.Tasks, out.Tasks) {
+			return Report{}, fmt.Errorf("merge: report %d has families %v, report 1 has %v", i+1, rep.Tasks, out.Tasks)
+		}
+		for _, row := range rep.Rows {
+			rows[row.Method] = row
+		}
+		for name, bl := range rep.Baselines {
+			out.Baselines[name] = bl
+		}
+		for _, t := range rep.Tasks {
+			if s, ok := rep.Untrained.Success[t]; ok {
+				u := untrained[t]
+				u[0], u[1] = append(u[0], s), append(u[1], rep.Untrained.Reward[t])
+				untrained[t] = u
+			}
+		}
+	}
+	order := []string{Full, NoTaskNorm, NoCrossPolicy, Single}
+	var others []string
+	for m := range rows {
+		if !slices.Contains(order, m) {
+			others = append(others, m)
+		}
+	}
+	sort.Strings(others)
+	for _, m := range append(order, others...) {
+		if row, ok := rows[m]; ok {
+			out.Rows = append(out.Rows, row)
+		}
+	}
+	for t, u := range untrained {
+		s, err := NewStat(u[0])
+		if err != nil {
+			return Report{}, fmt.Errorf("merge: untrained %s: %w", t, err)
+		}
+		w, err := NewStat(u[1])
+		if err != nil {
+			return Report{}, fmt.Errorf("merge: untrained %s: %w", t, err)
+		}
+		out.Untrained.Success[t], out.Untrained.Reward[t] = s.Mean, w.Mean
+	}
+	out.compare()
+	return out, nil
 }
 
 func (r Report) row(method string) (Row, bool) {

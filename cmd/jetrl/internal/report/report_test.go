@@ -149,3 +149,59 @@ func TestCurvesAverageSeedsAndPlot(t *testing.T) {
 		t.Fatal("plot without any evaluation succeeded")
 	}
 }
+
+// Reports of separate invocations (full method and singles in one, ablations in another) merge into one
+// table whose comparisons are made over the joined rows; a later report's row of a method replaces an
+// earlier one's.
+func TestMergeJoinsReportsOfSeparateRuns(t *testing.T) {
+	tasks := []string{"db", "os"}
+	first, err := Build(tasks, []Run{
+		run(Full, 1, map[string]float64{"db": 0.9, "os": 0.8}),
+		run(NoTaskNorm, 1, map[string]float64{"db": 0.1, "os": 0.1}), // replaced by the second report's row
+		run("single-db", 1, map[string]float64{"db": 0.92}),
+		run("single-os", 1, map[string]float64{"os": 0.9}),
+	}, map[string]Baseline{"solver": {Success: map[string]float64{"db": 1, "os": 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Build(tasks, []Run{
+		run(NoTaskNorm, 1, map[string]float64{"db": 0.8, "os": 0.7}),
+		run(NoCrossPolicy, 1, map[string]float64{"db": 0.85, "os": 0.6}),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Untrained.Success["db"] = 0.03
+	merged, err := Merge([]Report{first, second}, "rows from two runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	for _, row := range merged.Rows {
+		methods = append(methods, row.Method)
+	}
+	if strings.Join(methods, ",") != "full,no-task-norm,no-cross-policy,single" {
+		t.Fatalf("rows %v", methods)
+	}
+	if ntn := merged.Rows[1]; ntn.Success["db"].Mean != 0.8 {
+		t.Fatalf("no-task-norm row %+v, want the second report's", ntn)
+	}
+	if !merged.PaperDirection {
+		t.Fatal("full (0.85) beats both ablations (0.75, 0.725) but the merge does not say so")
+	}
+	if g := merged.GapToSingle["os"]; math.Abs(g-(-10)) > 1e-9 {
+		t.Fatalf("os gap %v, want -10 points", g)
+	}
+	if u := merged.Untrained.Success["db"]; math.Abs(u-0.02) > 1e-12 {
+		t.Fatalf("untrained db %v, want the mean of 0.01 and 0.03", u)
+	}
+	if _, ok := merged.Baselines["solver"]; !ok || merged.Notes != "rows from two runs" {
+		t.Fatalf("baselines %v, notes %q", merged.Baselines, merged.Notes)
+	}
+	if _, err := Merge([]Report{first, {Tasks: []string{"db"}}}, ""); err == nil {
+		t.Fatal("reports of other families merged")
+	}
+	if _, err := Merge(nil, ""); err == nil {
+		t.Fatal("nothing merged without an error")
+	}
+}
