@@ -19,6 +19,7 @@ import (
 	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/services/trainer"
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // benchAsyncCmd runs the same long-tailed workload twice in one process, each time on a fresh embedded
@@ -78,8 +79,13 @@ type asyncBenchResult struct {
 	HeldOutAsync      float64          `json:"heldout_success_async"`
 	// With --seeds above 1: the top-level figures are means over the pairs (max_staleness the largest,
 	// the histogram summed), the std of held-out success over pairs, and every pair in full.
-	HeldOutSyncStd  float64      `json:"heldout_success_sync_std"`
-	HeldOutAsyncStd float64      `json:"heldout_success_async_std"`
+	HeldOutSyncStd  float64 `json:"heldout_success_sync_std"`
+	HeldOutAsyncStd float64 `json:"heldout_success_async_std"`
+	// HeldOutDiff is async minus sync held-out success per pair: its mean, sample std, and the two-sided
+	// 95% confidence interval of the mean (Student's t, n-1 degrees of freedom), from the paired runs.
+	HeldOutDiffMean float64      `json:"heldout_diff_mean"`
+	HeldOutDiffStd  float64      `json:"heldout_diff_std"`
+	HeldOutDiffCI95 *[2]float64  `json:"heldout_diff_ci95,omitempty"`
 	Pairs           []*asyncPair `json:"pairs"`
 	// Sync and Async are the first pair's details.
 	Sync     *trialResult  `json:"sync"`
@@ -259,8 +265,33 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res.HeldOutSync, res.HeldOutSyncStd = syncStat.Mean, syncStat.Std
 	res.HeldOutAsync, res.HeldOutAsyncStd = asyncStat.Mean, asyncStat.Std
+	diffs := make([]float64, len(heldSync))
+	for i := range diffs {
+		diffs[i] = heldAsync[i] - heldSync[i]
+	}
+	mean, std, ci := pairedInterval(diffs)
+	res.HeldOutDiffMean, res.HeldOutDiffStd = mean, std
+	if len(diffs) > 1 && !math.IsNaN(mean) {
+		res.HeldOutDiffCI95 = &ci
+	}
 	res.Sync, res.Async = res.Pairs[0].Sync, res.Pairs[0].Async
 	return res, nil
+}
+
+// pairedInterval returns the mean and sample std of paired differences and the two-sided 95% confidence
+// interval of their mean (Student's t with n-1 degrees of freedom); with one pair the interval is the
+// whole line.
+func pairedInterval(d []float64) (mean, std float64, ci [2]float64) {
+	st, err := report.NewStat(d)
+	if err != nil {
+		return math.NaN(), math.NaN(), [2]float64{math.NaN(), math.NaN()}
+	}
+	if st.N < 2 {
+		return st.Mean, 0, [2]float64{math.Inf(-1), math.Inf(1)}
+	}
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(st.N - 1)}.Quantile(0.975)
+	half := t * st.Std / math.Sqrt(float64(st.N))
+	return st.Mean, st.Std, [2]float64{st.Mean - half, st.Mean + half}
 }
 
 func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -296,9 +327,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		minSpeed, minBusy = min(minSpeed, p.Speedup), min(minBusy, p.Async.TrainerBusy)
 	}
 	fmt.Printf("over %d pairs (seeds %d-%d): speedup %.2fx (lowest %.2fx); trainer busy async %.1f%% (lowest %.1f%%); max staleness %d; "+
-		"held-out success sync %.1f ± %.1f%%, async %.1f ± %.1f%%; async - sync per pair: %s points\n",
+		"held-out success sync %.1f ± %.1f%%, async %.1f ± %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
 		len(res.Pairs), res.Pairs[0].Seed, res.Pairs[len(res.Pairs)-1].Seed, res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
-		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "))
+		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "),
+		100*res.HeldOutDiffMean, 100*res.HeldOutDiffCI95[0], 100*res.HeldOutDiffCI95[1]) // set with two pairs or more, as here
 }
 
 // staleByTaskString shows the replay-buffer's stale drops per task, " (replay-buffer: db 3, kg 40)", or

@@ -66,10 +66,13 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	benchWantPositive(t, out, "trainer_busy_async")
 	benchWantPositive(t, out, "trainer_busy_sync")
 	for _, k := range []string{"max_staleness", "staleness_histogram", "heldout_success_sync", "heldout_success_async", "sync", "async", "workload",
-		"heldout_success_sync_std", "heldout_success_async_std"} {
+		"heldout_success_sync_std", "heldout_success_async_std", "heldout_diff_mean", "heldout_diff_std", "heldout_diff_ci95"} {
 		if _, ok := out[k]; !ok {
 			t.Errorf("JSON has no %q", k)
 		}
+	}
+	if ci := res.HeldOutDiffCI95; ci == nil || !(ci[0] <= res.HeldOutDiffMean && res.HeldOutDiffMean <= ci[1]) {
+		t.Errorf("held-out difference %v with interval %v, want the mean inside it", res.HeldOutDiffMean, ci)
 	}
 	pairs, ok := out["pairs"].([]any)
 	if !ok || len(pairs) != c.Seeds {
@@ -462,5 +465,22 @@ func TestStaleByTaskString(t *testing.T) {
 	}
 	if got, want := staleByTaskString(map[string]int64{"webshop": 40, "db": 3}), " (replay-buffer: db 3, webshop 40)"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// The paired difference of held-out success: mean, sample std and Student's t 95% interval, by hand.
+func TestPairedInterval(t *testing.T) {
+	mean, std, ci := pairedInterval([]float64{0.02, -0.04, 0.05, 0.01})
+	// mean 0.01; squared deviations 1e-4, 25e-4, 16e-4, 0 -> std sqrt(42e-4/3); t(3, 0.975) = 3.182446
+	wantStd := math.Sqrt(0.0042 / 3)
+	half := 3.182446 * wantStd / 2
+	if math.Abs(mean-0.01) > 1e-12 || math.Abs(std-wantStd) > 1e-12 || math.Abs(ci[0]-(0.01-half)) > 1e-6 || math.Abs(ci[1]-(0.01+half)) > 1e-6 {
+		t.Fatalf("pairedInterval = %v, %v, %v; want 0.01, %v, [%v, %v]", mean, std, ci, wantStd, 0.01-half, 0.01+half)
+	}
+	if _, _, ci := pairedInterval([]float64{0.1}); !math.IsInf(ci[0], -1) || !math.IsInf(ci[1], 1) {
+		t.Fatalf("one pair: interval %v, want the whole line", ci)
+	}
+	if m, _, _ := pairedInterval([]float64{0.1, math.NaN()}); !math.IsNaN(m) {
+		t.Fatalf("a NaN difference gave mean %v", m)
 	}
 }
