@@ -41,7 +41,7 @@ type benchMeshCmd struct {
 	Eta         int     `name:"eta" default:"2" help:"Staleness bound."`
 	Concurrency int     `name:"concurrency" default:"64" help:"Episodes the rollout replica plays at once."`
 	Bits        int     `name:"bits" default:"10" help:"log2 of the policy's weights (10, the smallest: a trivial policy)."`
-	RawMin      int     `name:"raw-min" default:"50000" help:"Fewest episodes each raw publish-and-consume round moves (it moves as many as the mesh trained, at least this many); the raw request/reply rounds play a fifth as many."`
+	RawMin      int     `name:"raw-min" default:"50000" help:"Fewest episodes each raw publish-and-consume round moves (it moves as many as the mesh trained, at least this many); the raw request/reply rounds play as many groups as this makes episodes."`
 	RawWindow   int     `name:"raw-window" default:"256" help:"Raw publishes in flight (asynchronous publish with Nats-Msg-Id)."`
 	RawRounds   int     `name:"raw-rounds" default:"3" help:"Rounds of each raw measurement; the fastest counts (a round starved by other work on the machine does not set the limit)."`
 	JSON        bool    `name:"json" help:"Print one JSON object instead of a table."`
@@ -70,7 +70,8 @@ type meshBenchResult struct {
 	// path costs, whatever else the machine is running.
 	MeshCPUMicros float64 `json:"mesh_cpu_us_per_episode"`
 	RawCPUMicros  float64 `json:"raw_cpu_us_per_episode"`
-	// The env traffic of the same episodes as bare core NATS request/replies (1 + turns each), and both raw
+	// The env traffic of the same episodes as bare core NATS request/replies (1 + turns per group, G calls
+	// each, as the env client batches them), and both raw
 	// loads one after the other on the same machine: 1 / (1/raw + 1/raw_env).
 	RawEnvEpisodesPerS  float64 `json:"raw_env_episodes_per_s"`
 	RawEnvEpisodes      int     `json:"raw_env_episodes"`
@@ -110,7 +111,7 @@ func (c *benchMeshCmd) Run(g *globals) error {
 	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\tCPU µs/episode\t\n")
 	fmt.Fprintf(w, "mesh: env → rollout → replay-buffer → normalizer → trainer\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds, res.MeshCPUMicros)
 	fmt.Fprintf(w, "raw JetStream publish + consume of the same %d B episodes\t%.0f\t-\t%d\t%.1f\t%.0f\t\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds, res.RawCPUMicros)
-	fmt.Fprintf(w, "raw core NATS request/reply, %d per episode\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", 1+c.Turns, res.RawEnvEpisodesPerS, float64(c.Turns)*res.RawEnvEpisodesPerS, res.RawEnvEpisodes, res.RawEnvSeconds, res.RawEnvCPUMicros)
+	fmt.Fprintf(w, "raw core NATS request/reply of %d-call batches, %d per group\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", c.GroupSize, 1+c.Turns, res.RawEnvEpisodesPerS, float64(c.Turns)*res.RawEnvEpisodesPerS, res.RawEnvEpisodes, res.RawEnvSeconds, res.RawEnvCPUMicros)
 	fmt.Fprintf(w, "raw both (JetStream, then request/reply)\t%.0f\t\t\t\t\t\n", res.RawBothEpisodesPerS)
 	fmt.Fprintf(w, "mesh / raw JetStream\t%.1f%%\t\t\t\t\t\n", 100*res.Ratio)
 	fmt.Fprintf(w, "mesh / raw both\t%.1f%%\t\t\t\t\t\n", 100*res.RatioBoth)
@@ -156,11 +157,12 @@ func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
 // meshRawEnvSubject is where the raw env round trips are answered.
 const meshRawEnvSubject = "jetrl.bench.env"
 
-// runRawEnv does the core NATS request/replies of as many episodes as the raw JetStream run moved: 1 + turns
-// per episode (start, then each step), with the encoded step request and reply of a zero-latency turn as
-// payloads, answered at once by a bare subscriber on its own connection, from as many requesters as the
-// rollout plays episodes at once. No JetStream, no env host logic, no policy: what NATS itself costs for
-// an episode's env traffic.
+// runRawEnv does the core NATS request/replies of as many episodes as the raw JetStream run moved, the way
+// the mesh's env client sends them: per group of G episodes one start batch and one step batch per turn
+// (1 + turns request/replies), each carrying G encoded calls of a zero-latency turn and answered with G
+// encoded results, at once, by a bare subscriber on its own connection, from as many requesters as the
+// rollout plays groups at once. No JetStream, no env host logic, no policy: what NATS itself costs for an
+// episode's env traffic.
 func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
 	fam := benchtask.NewZero(c.Turns)
 	inst, err := fam.New(proto.SplitTrain, 1)
@@ -169,11 +171,18 @@ func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Lo
 	}
 	open := inst.Start()
 	step := inst.Step(open.Admissible[0])
-	reqData, err := codec.Marshal(proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "bench-host-1", Call: open.Admissible[0]}, proto.MaxEnvMessageBytes)
+	req := proto.EnvStepBatch{Schema: proto.SchemaVersion}
+	rep := proto.EnvBatchReply{Schema: proto.SchemaVersion}
+	for i := range c.GroupSize {
+		req.Steps = append(req.Steps, proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: fmt.Sprintf("bench-host-%d", i), Call: open.Admissible[0]})
+		rep.Results = append(rep.Results, proto.EnvBatchResult{Index: i, Step: &proto.EnvStepReply{Schema: proto.SchemaVersion,
+			Observation: step.Observation, Admissible: step.Admissible, Status: step.Status, Turn: 1}})
+	}
+	reqData, err := codec.Marshal(req, proto.MaxEnvBatchBytes)
 	if err != nil {
 		return err
 	}
-	repData, err := codec.Marshal(proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: step.Observation, Admissible: step.Admissible, Status: step.Status, Turn: 1}, proto.MaxEnvMessageBytes)
+	repData, err := codec.Marshal(rep, proto.MaxEnvBatchBytes)
 	if err != nil {
 		return err
 	}
@@ -195,17 +204,18 @@ func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Lo
 		return err
 	}
 	defer client.Close()
-	episodes := max(c.RawMin/5, 100)
+	groups := max(c.RawMin/c.GroupSize, 100)
+	requesters := max(c.Concurrency/c.GroupSize, 1)
 	for round := 0; round < c.RawRounds; round++ {
 		var next atomic.Int64
-		errs := make(chan error, c.Concurrency)
+		errs := make(chan error, requesters)
 		start, cpu0 := time.Now(), processCPU()
 		var wg sync.WaitGroup
-		for range c.Concurrency {
+		for range requesters {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for next.Add(1) <= int64(episodes) {
+				for next.Add(1) <= int64(groups) {
 					for range 1 + c.Turns {
 						if _, err := client.RequestWithContext(ctx, meshRawEnvSubject, reqData); err != nil {
 							errs <- err
@@ -221,6 +231,7 @@ func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Lo
 			return fmt.Errorf("raw env request: %w", err)
 		}
 		secs := time.Since(start).Seconds()
+		episodes := groups * c.GroupSize
 		if rate := float64(episodes) / secs; rate > res.RawEnvEpisodesPerS {
 			res.RawEnvEpisodesPerS, res.RawEnvEpisodes, res.RawEnvSeconds = rate, episodes, secs
 			res.RawEnvCPUMicros = float64((processCPU() - cpu0).Microseconds()) / float64(episodes)
