@@ -71,8 +71,8 @@ type meshBenchResult struct {
 	MeshCPUMicros float64 `json:"mesh_cpu_us_per_episode"`
 	RawCPUMicros  float64 `json:"raw_cpu_us_per_episode"`
 	// The env traffic of the same episodes as bare core NATS request/replies (1 + turns per group, G calls
-	// each, as the env client batches them), and both raw
-	// loads one after the other on the same machine: 1 / (1/raw + 1/raw_env).
+	// each, as the env client batches them), and both raw loads one after the other on the same machine:
+	// 1 / (1/raw + 1/raw_env).
 	RawEnvEpisodesPerS  float64 `json:"raw_env_episodes_per_s"`
 	RawEnvEpisodes      int     `json:"raw_env_episodes"`
 	RawEnvSeconds       float64 `json:"raw_env_seconds"`
