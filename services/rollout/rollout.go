@@ -210,8 +210,23 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
 	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
+	envStat := func(f func(envclient.BatchStats) int64) func() float64 {
+		return func() float64 {
+			if env := r.env.Load(); env != nil {
+				return float64(f(env.BatchStats()))
+			}
+			return 0
+		}
+	}
+	envBatches := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "jetrl_rollout_env_batches_total", Help: "Env batch requests sent (starts or steps of several episodes in one message)."},
+		envStat(func(b envclient.BatchStats) int64 { return b.Batches }))
+	envCalls := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "jetrl_rollout_env_batched_calls_total", Help: "Env starts and steps sent in batch requests."},
+		envStat(func(b envclient.BatchStats) int64 { return b.Calls }))
+	envMalformed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "jetrl_rollout_env_malformed_replies_total", Help: "Env batch replies, or results in them, that could not be used."},
+		envStat(func(b envclient.BatchStats) int64 { return b.Malformed }))
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced, r.heartbeatsFailed} {
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced, r.heartbeatsFailed,
+			envBatches, envCalls, envMalformed} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("rollout metrics: %w", err)
 			}

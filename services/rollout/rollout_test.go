@@ -116,6 +116,12 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 	if status.Status.Published != 16 || status.Status.Version != 1 || status.Status.InfraFailures != 0 {
 		t.Fatalf("status = %s", msg.Data)
 	}
+	// Every start and step went in batches to the host, which serves them: 16 starts and at least one
+	// step per episode, in no more messages than calls.
+	st := status.Status
+	if st.EnvBatchedCalls < 16+st.Turns || st.EnvBatches < 1 || st.EnvBatches > st.EnvBatchedCalls || st.EnvMalformedReplies != 0 {
+		t.Fatalf("env batches in status = %s, want the 16 starts and %d steps batched", msg.Data, st.Turns)
+	}
 	stop()
 	if r.Running() {
 		t.Fatal("still running after Run returned")
