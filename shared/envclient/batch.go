@@ -16,6 +16,9 @@ import (
 	"github.com/nats-io/nuid"
 )
 
+// maxYields bounds how often a batch's leader lets other goroutines run before it sends the batch.
+const maxYields = 4
+
 // fallbackFor is how long a batch subject that nobody answered is passed over for single calls (a host
 // of a version without batches, or no host yet), before batches are tried on it again.
 const fallbackFor = 10 * time.Second
@@ -66,7 +69,17 @@ func (b *batcher) enqueue(c *call) {
 	if !lead {
 		return
 	}
-	runtime.Gosched()
+	// Yield while others join: once, and again as long as the queue grew meanwhile (a few times at most).
+	for n, seen := 0, 1; n < maxYields; n++ {
+		runtime.Gosched()
+		b.mu.Lock()
+		queued := len(b.queue)
+		b.mu.Unlock()
+		if queued == seen {
+			break
+		}
+		seen = queued
+	}
 	b.mu.Lock()
 	calls := b.queue
 	b.queue, b.leading = nil, false
