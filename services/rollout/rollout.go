@@ -254,6 +254,8 @@ type Status struct {
 	EnvBatches          int64 `json:"env_batches"`
 	EnvBatchedCalls     int64 `json:"env_batched_calls"`
 	EnvMalformedReplies int64 `json:"env_malformed_replies"`
+	// EnvStartsOnOpenHosts counts sessions given back at once because their host's breaker was open.
+	EnvStartsOnOpenHosts int64 `json:"env_starts_on_open_hosts"`
 }
 
 // Status returns the replica's counters.
@@ -265,7 +267,7 @@ func (r *Rollout) Status() Status {
 		WeightsLoadRetries: r.stats.loadRetries}
 	if env := r.env.Load(); env != nil {
 		b := env.BatchStats()
-		st.EnvBatches, st.EnvBatchedCalls, st.EnvMalformedReplies = b.Batches, b.Calls, b.Malformed
+		st.EnvBatches, st.EnvBatchedCalls, st.EnvMalformedReplies, st.EnvStartsOnOpenHosts = b.Batches, b.Calls, b.Malformed, b.StartsOnOpenHosts
 	}
 	return st
 }

@@ -14,8 +14,12 @@ import (
 type Settings struct {
 	// ConsecutiveFailures opens the breaker.
 	ConsecutiveFailures uint32
-	// OpenFor is how long an open breaker refuses calls before it lets one through.
+	// OpenFor is how long an open breaker refuses calls before it lets some through (half-open).
 	OpenFor time.Duration
+	// HalfOpenCalls is how many calls a half-open breaker lets through at once; as many successes in a
+	// row close it. More than one, so that a group's episodes starting together on a recovered host are
+	// not refused all but one.
+	HalfOpenCalls uint32
 	// OnChange is called on every state change (for logs and metrics); may be nil.
 	OnChange func(name string, from, to gobreaker.State)
 }
@@ -26,6 +30,9 @@ func (s *Settings) setDefaults() {
 	}
 	if s.OpenFor == 0 {
 		s.OpenFor = 5 * time.Second
+	}
+	if s.HalfOpenCalls == 0 {
+		s.HalfOpenCalls = 8
 	}
 }
 
@@ -50,8 +57,9 @@ func (s *Set[T]) Get(name string) *gobreaker.CircuitBreaker[T] {
 		return cb
 	}
 	st := gobreaker.Settings{
-		Name:    name,
-		Timeout: s.settings.OpenFor,
+		Name:        name,
+		Timeout:     s.settings.OpenFor,
+		MaxRequests: s.settings.HalfOpenCalls,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= s.settings.ConsecutiveFailures
 		},

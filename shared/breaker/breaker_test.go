@@ -83,7 +83,7 @@ func TestOpenBreakerRefusesWithoutCalling(t *testing.T) {
 func TestBreakerHalfOpensAfterOpenFor(t *testing.T) {
 	var mu sync.Mutex
 	var changes []string
-	set := breaker.NewSet[int](breaker.Settings{ConsecutiveFailures: 1, OpenFor: 50 * time.Millisecond,
+	set := breaker.NewSet[int](breaker.Settings{ConsecutiveFailures: 1, OpenFor: 50 * time.Millisecond, HalfOpenCalls: 1,
 		OnChange: func(name string, from, to gobreaker.State) {
 			mu.Lock()
 			changes = append(changes, fmt.Sprintf("%s:%v->%v", name, from, to))
@@ -105,6 +105,42 @@ func TestBreakerHalfOpensAfterOpenFor(t *testing.T) {
 	want := []string{"h:closed->open", "h:open->half-open", "h:half-open->closed"}
 	if fmt.Sprint(changes) != fmt.Sprint(want) {
 		t.Fatalf("state changes = %v, want %v", changes, want)
+	}
+}
+
+// A half-open breaker lets HalfOpenCalls calls through at once, refuses more, and closes after that many
+// successes in a row.
+func TestHalfOpenBreakerLetsSeveralCallsThrough(t *testing.T) {
+	set := breaker.NewSet[int](breaker.Settings{ConsecutiveFailures: 1, OpenFor: 50 * time.Millisecond, HalfOpenCalls: 2})
+	_, _ = set.Execute("h", fail(proto.ErrEnvTimeout))
+	eventually(t, 5*time.Second, "half-open", func() bool { return set.State("h") == gobreaker.StateHalfOpen })
+	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	results := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := set.Execute("h", func() (int, error) { entered <- struct{}{}; <-release; return 1, nil })
+			results <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a half-open breaker did not let 2 calls through")
+		}
+	}
+	if _, err := set.Execute("h", ok); !errors.Is(err, gobreaker.ErrTooManyRequests) {
+		t.Fatalf("third call while two are in flight: %v, want ErrTooManyRequests", err)
+	}
+	close(release)
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := set.State("h"); st != gobreaker.StateClosed {
+		t.Fatalf("state after 2 good calls = %v, want closed", st)
 	}
 }
 

@@ -224,3 +224,40 @@ func TestLateBatchReplyIsDropped(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 batches and none waiting", st)
 	}
 }
+
+// A start answered by a host whose breaker is open is given back to it and tried again, so no episode
+// starts on a host all of whose steps would be refused.
+func TestStartOnAHostWithAnOpenBreakerIsTriedElsewhere(t *testing.T) {
+	url := server(t)
+	var starts, cancels atomic.Int64
+	serve(t, url, proto.SubjectEnvStart, func(r micro.Request) {
+		host := "h-ok"
+		if starts.Add(1) <= 2 {
+			host = "h-open"
+		}
+		respond(t, r, proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: host + "-1", HostID: host})
+	})
+	serve(t, url, proto.SubjectEnvCancel("h-open"), func(r micro.Request) {
+		cancels.Add(1)
+		respond(t, r, proto.EnvCancelReply{Schema: proto.SchemaVersion})
+	})
+	serve(t, url, proto.SubjectEnvStep("h-open"), func(micro.Request) {}) // never answers
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 50 * time.Millisecond, StartRetries: 5,
+		Breaker: breaker.Settings{ConsecutiveFailures: 2, OpenFor: time.Minute}})
+	ctx := testCtx(t)
+	for range 2 {
+		if _, err := c.Step(ctx, "h-open", "s", proto.ToolCall{Name: "x"}); !errors.Is(err, proto.ErrEnvTimeout) {
+			t.Fatalf("step: %v, want ErrEnvTimeout", err)
+		}
+	}
+	if st := c.Breakers().State("h-open"); st != gobreaker.StateOpen {
+		t.Fatalf("breaker = %v, want open", st)
+	}
+	rep, err := c.Start(ctx, proto.EnvStartRequest{Task: "db", Split: proto.SplitTrain})
+	if err != nil || rep.HostID != "h-ok" {
+		t.Fatalf("start: %+v, %v; want a session on h-ok", rep, err)
+	}
+	if cancels.Load() != 2 || c.BatchStats().StartsOnOpenHosts != 2 {
+		t.Fatalf("%d cancels on h-open, %d counted; want both sessions it opened given back", cancels.Load(), c.BatchStats().StartsOnOpenHosts)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/sony/gobreaker/v2"
 )
 
 // Config of a client.
@@ -42,6 +43,7 @@ type Client struct {
 	reply  *replies            // made on the first batch, unsubscribed by Close
 
 	batches, batchedCalls atomic.Int64
+	startsOnOpen          atomic.Int64
 }
 
 // New returns a client on nc; Close releases its reply subscription.
@@ -82,11 +84,13 @@ type BatchStats struct {
 	Malformed int64
 	// Waiting is the number of sent batches with calls still waiting for their results.
 	Waiting int
+	// StartsOnOpenHosts counts sessions given back at once because their host's breaker was open.
+	StartsOnOpenHosts int64
 }
 
 // BatchStats returns the client's batch counters.
 func (c *Client) BatchStats() BatchStats {
-	st := BatchStats{Batches: c.batches.Load(), Calls: c.batchedCalls.Load()}
+	st := BatchStats{Batches: c.batches.Load(), Calls: c.batchedCalls.Load(), StartsOnOpenHosts: c.startsOnOpen.Load()}
 	c.mu.Lock()
 	r := c.reply
 	c.mu.Unlock()
@@ -172,6 +176,13 @@ func (c *Client) Start(ctx context.Context, req proto.EnvStartRequest) (*proto.E
 			}
 		}
 		rep, err := c.startOnce(ctx, &req, data)
+		if err == nil && c.breakers.State(rep.HostID) == gobreaker.StateOpen {
+			// The host answered, but every step to it would be refused until its breaker half-opens: give
+			// the session back and let another host (or this one, later) take the start.
+			_ = c.Cancel(context.WithoutCancel(ctx), rep.HostID, rep.SessionID)
+			c.startsOnOpen.Add(1)
+			err = fmt.Errorf("%w: host %s answered the start but its breaker is open", proto.ErrEnvUnavailable, rep.HostID)
+		}
 		if err == nil {
 			return rep, nil
 		}
