@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Hand-written codecs of the env messages a step batch is made of (EnvStepRequest, EnvStepReply and their
@@ -185,4 +186,174 @@ func decodeMetrics(d *msgpack.Decoder) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (b EnvStepBatch) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(2)
+	w.key("schema").int(b.Schema)
+	w.key("steps")
+	if b.Steps == nil {
+		w.null()
+		return w.err
+	}
+	w.arrayLen(len(b.Steps))
+	for _, s := range b.Steps {
+		if w.err == nil {
+			w.err = s.EncodeMsgpack(enc)
+		}
+	}
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (b *EnvStepBatch) DecodeMsgpack(d *msgpack.Decoder) error {
+	*b = EnvStepBatch{}
+	return decodeFields(d, "step batch", func(key string) error {
+		switch key {
+		case "schema":
+			n, err := d.DecodeInt()
+			b.Schema = n
+			return err
+		case "steps":
+			n, err := d.DecodeArrayLen()
+			if err != nil || n == -1 {
+				return err
+			}
+			if err := checkRemaining(d, n); err != nil {
+				return err
+			}
+			b.Steps = make([]EnvStepRequest, n)
+			for i := range b.Steps {
+				if err := b.Steps[i].DecodeMsgpack(d); err != nil {
+					return err
+				}
+			}
+			return nil
+		default:
+			return d.Skip()
+		}
+	})
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder (start, step, error and code omitted when empty, as
+// their tags say; a start reply is written by the reflecting codec).
+func (r EnvBatchResult) EncodeMsgpack(enc *msgpack.Encoder) error {
+	n := 1
+	for _, set := range []bool{r.Start != nil, r.Step != nil, r.Error != "", r.Code != ""} {
+		if set {
+			n++
+		}
+	}
+	w := wireWriter{enc: enc}
+	w.mapLen(n)
+	w.key("index").int(r.Index)
+	if r.Start != nil {
+		w.key("start")
+		if w.err == nil {
+			w.err = enc.Encode(r.Start)
+		}
+	}
+	if r.Step != nil {
+		w.key("step")
+		if w.err == nil {
+			w.err = r.Step.EncodeMsgpack(enc)
+		}
+	}
+	if r.Error != "" {
+		w.key("error").str(r.Error)
+	}
+	if r.Code != "" {
+		w.key("code").str(r.Code)
+	}
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (r *EnvBatchResult) DecodeMsgpack(d *msgpack.Decoder) error {
+	*r = EnvBatchResult{}
+	return decodeFields(d, "batch result", func(key string) (err error) {
+		switch key {
+		case "index":
+			r.Index, err = d.DecodeInt()
+		case "start":
+			if isNil, err := decodeNil(d); isNil || err != nil {
+				return err
+			}
+			r.Start = new(EnvStartReply)
+			err = d.Decode(r.Start)
+		case "step":
+			if isNil, err := decodeNil(d); isNil || err != nil {
+				return err
+			}
+			r.Step = new(EnvStepReply)
+			err = r.Step.DecodeMsgpack(d)
+		case "error":
+			r.Error, err = d.DecodeString()
+		case "code":
+			r.Code, err = d.DecodeString()
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (r EnvBatchReply) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(2)
+	w.key("schema").int(r.Schema)
+	w.key("results")
+	if r.Results == nil {
+		w.null()
+		return w.err
+	}
+	w.arrayLen(len(r.Results))
+	for _, res := range r.Results {
+		if w.err == nil {
+			w.err = res.EncodeMsgpack(enc)
+		}
+	}
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (r *EnvBatchReply) DecodeMsgpack(d *msgpack.Decoder) error {
+	*r = EnvBatchReply{}
+	return decodeFields(d, "batch reply", func(key string) error {
+		switch key {
+		case "schema":
+			n, err := d.DecodeInt()
+			r.Schema = n
+			return err
+		case "results":
+			n, err := d.DecodeArrayLen()
+			if err != nil || n == -1 {
+				return err
+			}
+			if err := checkRemaining(d, n); err != nil {
+				return err
+			}
+			r.Results = make([]EnvBatchResult, n)
+			for i := range r.Results {
+				if err := r.Results[i].DecodeMsgpack(d); err != nil {
+					return err
+				}
+			}
+			return nil
+		default:
+			return d.Skip()
+		}
+	})
+}
+
+// decodeNil reads a nil if one comes next.
+func decodeNil(d *msgpack.Decoder) (bool, error) {
+	c, err := d.PeekCode()
+	if err != nil || c != msgpcode.Nil {
+		return false, err
+	}
+	return true, d.DecodeNil()
 }

@@ -239,7 +239,22 @@ func TestEnvStepCodecsMatchTheReflectingCodec(t *testing.T) {
 	type plainCall proto.ToolCall
 	type plainRequest proto.EnvStepRequest
 	type plainReply proto.EnvStepReply
+	type plainStepBatch proto.EnvStepBatch
+	type plainResult proto.EnvBatchResult
+	type plainBatchReply struct {
+		Schema  int           `msgpack:"schema"`
+		Results []plainResult `msgpack:"results"`
+	}
 	call := proto.ToolCall{Name: "execute_sql", Arguments: `{"query":"SELECT name FROM t"}`}
+	steps := []proto.EnvStepRequest{{Schema: proto.SchemaVersion, SessionID: "h1-7", Call: call}, {Schema: proto.SchemaVersion, SessionID: "h1-8"}}
+	start := &proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "h1-9", HostID: "h1", Messages: []proto.Message{{Role: "user", Content: "find it"}},
+		Tools: []proto.Tool{{Name: "execute_sql", Description: "runs a query"}}, Admissible: []proto.ToolCall{call}, MaxTurns: 8, Instruction: "find it", Observation: "ready"}
+	step := &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "done", Done: true, Reward: 1, Status: proto.StatusCompleted, Turn: 4}
+	results := []proto.EnvBatchResult{{Index: 0, Start: start}, {Index: 3, Step: step}, {Index: 7, Error: "unknown session", Code: "unknown_session"}, {Index: 1}}
+	plainResults := make([]plainResult, len(results))
+	for i, r := range results {
+		plainResults[i] = plainResult(r)
+	}
 	tests := []struct {
 		name    string
 		given   any
@@ -257,6 +272,14 @@ func TestEnvStepCodecsMatchTheReflectingCodec(t *testing.T) {
 			func() any { return &proto.EnvStepReply{} }},
 		{"an unknown status", proto.EnvStepReply{Schema: proto.SchemaVersion, Admissible: []proto.ToolCall{}, Status: "paused"},
 			plainReply{Schema: proto.SchemaVersion, Admissible: []proto.ToolCall{}, Status: "paused"}, func() any { return &proto.EnvStepReply{} }},
+		{"step batch", proto.EnvStepBatch{Schema: proto.SchemaVersion, Steps: steps},
+			plainStepBatch{Schema: proto.SchemaVersion, Steps: steps}, func() any { return &proto.EnvStepBatch{} }},
+		{"step batch without steps", proto.EnvStepBatch{Schema: proto.SchemaVersion},
+			plainStepBatch{Schema: proto.SchemaVersion}, func() any { return &proto.EnvStepBatch{} }},
+		{"batch reply", proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: results},
+			plainBatchReply{Schema: proto.SchemaVersion, Results: plainResults}, func() any { return &proto.EnvBatchReply{} }},
+		{"batch reply without results", proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: []proto.EnvBatchResult{}},
+			plainBatchReply{Schema: proto.SchemaVersion, Results: []plainResult{}}, func() any { return &proto.EnvBatchReply{} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,6 +323,35 @@ func TestEnvStepReplyDecoderToleratesOtherProducers(t *testing.T) {
 	for _, bad := range [][]byte{{0x81, 0xa4, 't', 'u', 'r', 'n', 0xa1, 'x'}, {0x82, 0xaa}, {0x81, 0xaa, 'a', 'd', 'm', 'i', 's', 's', 'i', 'b', 'l', 'e', 0xdd, 0xff, 0xff, 0xff, 0xff}} {
 		if err := msgpack.Unmarshal(bad, &got); err == nil {
 			t.Fatalf("% x decoded without an error", bad)
+		}
+	}
+}
+
+// A batch reply from another producer: keys in another order, nil start and step, keys of its own.
+func TestEnvBatchReplyDecoderToleratesOtherProducers(t *testing.T) {
+	data, err := msgpack.Marshal(map[string]any{"results": []any{
+		map[string]any{"step": nil, "start": nil, "code": "unknown_session", "index": 2, "extra": []int{1}},
+		map[string]any{"index": 0, "step": map[string]any{"status": "completed", "done": true, "schema": proto.SchemaVersion}},
+	}, "later_field": "x", "schema": proto.SchemaVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got proto.EnvBatchReply
+	if err := msgpack.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: []proto.EnvBatchResult{
+		{Index: 2, Code: "unknown_session"},
+		{Index: 0, Step: &proto.EnvStepReply{Schema: proto.SchemaVersion, Status: proto.StatusCompleted, Done: true}},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	// Truncated, a result that is not a map, a count larger than the message.
+	for _, bad := range [][]byte{data[:len(data)-3], {0x81, 0xa7, 'r', 'e', 's', 'u', 'l', 't', 's', 0x91, 0x05}, {0x81, 0xa7, 'r', 'e', 's', 'u', 'l', 't', 's', 0xdd, 0x00, 0xff, 0xff, 0xff}} {
+		var r proto.EnvBatchReply
+		if err := msgpack.Unmarshal(bad, &r); err == nil {
+			t.Errorf("% x: no error", bad)
 		}
 	}
 }
