@@ -79,16 +79,7 @@ func (r EnvStepReply) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w.key("schema").int(r.Schema)
 	w.key("observation").str(r.Observation)
 	w.key("admissible")
-	if r.Admissible == nil {
-		w.null()
-	} else {
-		w.arrayLen(len(r.Admissible))
-		for _, c := range r.Admissible {
-			if w.err == nil {
-				w.err = c.EncodeMsgpack(enc)
-			}
-		}
-	}
+	encodeList(&w, r.Admissible, ToolCall.EncodeMsgpack)
 	w.key("done").bool(r.Done)
 	w.key("reward").float64(r.Reward)
 	w.key("status").str(r.Status)
@@ -151,16 +142,36 @@ func decodeFields(d *msgpack.Decoder, what string, field func(key string) error)
 }
 
 func decodeToolCalls(d *msgpack.Decoder) ([]ToolCall, error) {
+	return decodeList(d, (*ToolCall).DecodeMsgpack)
+}
+
+// encodeList writes items as a msgpack array (nil as nil), each with encode.
+func encodeList[T any](w *wireWriter, items []T, encode func(T, *msgpack.Encoder) error) {
+	if items == nil {
+		w.null()
+		return
+	}
+	w.arrayLen(len(items))
+	for _, it := range items {
+		if w.err == nil {
+			w.err = encode(it, w.enc)
+		}
+	}
+}
+
+// decodeList reads a msgpack array (nil reads as a nil slice), each item with decode; a count larger than
+// the bytes left is refused before anything is allocated (every item takes at least one byte).
+func decodeList[T any](d *msgpack.Decoder, decode func(*T, *msgpack.Decoder) error) ([]T, error) {
 	n, err := d.DecodeArrayLen()
 	if err != nil || n == -1 {
 		return nil, err
 	}
-	if err := checkRemaining(d, n); err != nil { // every call takes at least one byte
+	if err := checkRemaining(d, n); err != nil {
 		return nil, err
 	}
-	out := make([]ToolCall, n)
+	out := make([]T, n)
 	for i := range out {
-		if err := out[i].DecodeMsgpack(d); err != nil {
+		if err := decode(&out[i], d); err != nil {
 			return nil, err
 		}
 	}
@@ -194,16 +205,7 @@ func (b EnvStepBatch) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w.mapLen(2)
 	w.key("schema").int(b.Schema)
 	w.key("steps")
-	if b.Steps == nil {
-		w.null()
-		return w.err
-	}
-	w.arrayLen(len(b.Steps))
-	for _, s := range b.Steps {
-		if w.err == nil {
-			w.err = s.EncodeMsgpack(enc)
-		}
-	}
+	encodeList(&w, b.Steps, EnvStepRequest.EncodeMsgpack)
 	return w.err
 }
 
@@ -217,20 +219,9 @@ func (b *EnvStepBatch) DecodeMsgpack(d *msgpack.Decoder) error {
 			b.Schema = n
 			return err
 		case "steps":
-			n, err := d.DecodeArrayLen()
-			if err != nil || n == -1 {
-				return err
-			}
-			if err := checkRemaining(d, n); err != nil {
-				return err
-			}
-			b.Steps = make([]EnvStepRequest, n)
-			for i := range b.Steps {
-				if err := b.Steps[i].DecodeMsgpack(d); err != nil {
-					return err
-				}
-			}
-			return nil
+			var err error
+			b.Steps, err = decodeList(d, (*EnvStepRequest).DecodeMsgpack)
+			return err
 		default:
 			return d.Skip()
 		}
@@ -306,16 +297,7 @@ func (r EnvBatchReply) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w.mapLen(2)
 	w.key("schema").int(r.Schema)
 	w.key("results")
-	if r.Results == nil {
-		w.null()
-		return w.err
-	}
-	w.arrayLen(len(r.Results))
-	for _, res := range r.Results {
-		if w.err == nil {
-			w.err = res.EncodeMsgpack(enc)
-		}
-	}
+	encodeList(&w, r.Results, EnvBatchResult.EncodeMsgpack)
 	return w.err
 }
 
@@ -329,20 +311,9 @@ func (r *EnvBatchReply) DecodeMsgpack(d *msgpack.Decoder) error {
 			r.Schema = n
 			return err
 		case "results":
-			n, err := d.DecodeArrayLen()
-			if err != nil || n == -1 {
-				return err
-			}
-			if err := checkRemaining(d, n); err != nil {
-				return err
-			}
-			r.Results = make([]EnvBatchResult, n)
-			for i := range r.Results {
-				if err := r.Results[i].DecodeMsgpack(d); err != nil {
-					return err
-				}
-			}
-			return nil
+			var err error
+			r.Results, err = decodeList(d, (*EnvBatchResult).DecodeMsgpack)
+			return err
 		default:
 			return d.Skip()
 		}
