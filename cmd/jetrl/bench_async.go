@@ -19,6 +19,7 @@ import (
 	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/services/trainer"
+	"github.com/rs/zerolog"
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
@@ -48,7 +49,9 @@ type benchAsyncCmd struct {
 	Concurrency   int           `name:"concurrency" default:"0" help:"Most episodes played at once, in both modes (0: the batch size B; synchronous never plays more than B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
 	MaxQueued     int           `name:"max-queued" default:"2" help:"Most batches released and not yet applied, in both modes (negative: no bound)."`
-	Epochs        int           `name:"epochs" default:"6" help:"PPO epochs per batch: the trainer's work per batch, in both modes."`
+	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: chosen by a calibration run, see --trainer-load)."`
+	TrainerLoad   float64       `name:"trainer-load" default:"2" help:"With --epochs 0: the epochs are chosen so the trainer's update of a batch takes this many times the rollout's time per batch, both measured in two short asynchronous calibration runs, at --calibration-epochs and three times that."`
+	CalEpochs     int           `name:"calibration-epochs" default:"1" help:"PPO epochs of the lighter calibration run (light, so the rollout, not the trainer, sets its pace)."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
 	ISCap         float64       `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
@@ -120,6 +123,26 @@ type asyncWorkload struct {
 	EnvHosts        int      `json:"env_hosts"`
 	EvalEpisodes    int      `json:"eval_episodes"`
 	Seed            uint64   `json:"seed"`
+	// Calibration is how the epochs were chosen (absent when --epochs was given).
+	Calibration *asyncCalibration `json:"calibration,omitempty"`
+}
+
+// asyncCalibration is how the trainer's epochs were chosen: two short asynchronous runs, at Epochs and at
+// 3·Epochs. At Epochs (light) the rollout sets the pace, so that run's time per batch is the rollout's; the
+// two runs' update times per batch give the update's fixed part and its time per epoch. The chosen epochs
+// make the update TrainerLoad times the rollout's time per batch: the asynchronous mode is limited by the
+// trainer on any machine speed, as a GPU-bound trainer is, while the synchronous mode still waits for each
+// batch's slowest episode.
+type asyncCalibration struct {
+	Epochs                 [2]int     `json:"epochs"`
+	Batches                [2]int64   `json:"batches"`
+	UpdateSecondsPerBatch  [2]float64 `json:"update_seconds_per_batch"`
+	TrainerBusy            [2]float64 `json:"trainer_busy"`
+	RolloutSecondsPerBatch float64    `json:"rollout_seconds_per_batch"`
+	UpdateFixedSeconds     float64    `json:"update_fixed_seconds"`
+	UpdateSecondsPerEpoch  float64    `json:"update_seconds_per_epoch"`
+	TrainerLoad            float64    `json:"trainer_load"`
+	ChosenEpochs           int        `json:"chosen_epochs"`
 }
 
 func (c *benchAsyncCmd) Validate() error {
@@ -145,8 +168,11 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
-	if c.Epochs < 1 || c.EnvHosts < 1 || c.EvalEpisodes < 0 {
-		errs = append(errs, errors.New("--epochs and --env-hosts must be at least 1, --eval-episodes not negative"))
+	if c.Epochs < 0 || c.EnvHosts < 1 || c.EvalEpisodes < 0 {
+		errs = append(errs, errors.New("--epochs must not be negative, --env-hosts at least 1, --eval-episodes not negative"))
+	}
+	if c.Epochs == 0 && (c.CalEpochs < 1 || !(c.TrainerLoad > 0) || math.IsInf(c.TrainerLoad, 0)) {
+		errs = append(errs, fmt.Errorf("--epochs 0 needs --calibration-epochs %d of at least 1 and a positive --trainer-load (%v)", c.CalEpochs, c.TrainerLoad))
 	}
 	if _, err := c.latency().StepLatency(); err != nil {
 		errs = append(errs, err)
@@ -224,6 +250,19 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
 		strings.Join(c.Tasks, ","), c.Episodes, c.Warmup, c.BatchSize, c.concurrency(), c.LatencyMedian, c.LatencyP99)
+	cc := *c // the chosen epochs go in this copy, not in the caller's flags
+	c = &cc
+	if c.Epochs == 0 {
+		say("calibration: asynchronous, %d and %d epochs...", c.CalEpochs, 3*c.CalEpochs)
+		cal, err := c.calibrate(ctx, log)
+		if err != nil {
+			return nil, fmt.Errorf("calibration: %w", err)
+		}
+		c.Epochs, res.Workload.Calibration = cal.ChosenEpochs, cal
+		res.Workload.Epochs = c.Epochs
+		say("calibration: rollout %.2f s per batch, update %.3f s + %.3f s per epoch: %d epochs", cal.RolloutSecondsPerBatch,
+			cal.UpdateFixedSeconds, cal.UpdateSecondsPerEpoch, cal.ChosenEpochs)
+	}
 	res.StalenessHist = map[string]int64{}
 	var heldSync, heldAsync []float64
 	for i := range c.Seeds {
@@ -278,6 +317,49 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	return res, nil
 }
 
+// A calibration run trains calibrateWarmup batches, then measures calibrateBatches: far enough in that its
+// episodes are about as long as the measured window's (the untrained policy's are longer, and the update's
+// time per epoch grows with the turns in a batch). calibrateMaxEpochs bounds the epochs it may choose.
+const (
+	calibrateWarmup    = 10
+	calibrateBatches   = 6
+	calibrateMaxEpochs = 32
+)
+
+// calibrate runs the asynchronous mode briefly (calibrateWarmup batches, then calibrateBatches, no evaluation) at
+// c.CalEpochs and at 3·c.CalEpochs and chooses the epochs that make the trainer's update of a batch
+// c.TrainerLoad times the rollout's time per batch of the lighter run.
+func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger) (*asyncCalibration, error) {
+	cal := &asyncCalibration{Epochs: [2]int{c.CalEpochs, 3 * c.CalEpochs}, TrainerLoad: c.TrainerLoad}
+	for i, e := range cal.Epochs {
+		pc := *c
+		pc.Epochs = e
+		tc := pc.trial(c.Eta)
+		tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes = calibrateWarmup, calibrateBatches*int64(c.BatchSize), 0
+		r, err := runTrial(ctx, tc, log)
+		if err != nil {
+			return nil, err
+		}
+		if r.Batches < 1 || r.Seconds <= 0 || r.TrainerUpdate <= 0 {
+			return nil, fmt.Errorf("the run at %d epochs measured %d batches in %.2f s with an update fraction of %v", e, r.Batches, r.Seconds, r.TrainerUpdate)
+		}
+		cal.Batches[i], cal.TrainerBusy[i] = r.Batches, r.TrainerBusy
+		cal.UpdateSecondsPerBatch[i] = r.TrainerUpdate * r.Seconds / float64(r.Batches)
+		if i == 0 {
+			cal.RolloutSecondsPerBatch = r.BatchSeconds
+		}
+	}
+	u := cal.UpdateSecondsPerBatch
+	cal.UpdateSecondsPerEpoch = (u[1] - u[0]) / float64(cal.Epochs[1]-cal.Epochs[0])
+	if cal.UpdateSecondsPerEpoch <= 0 { // noise swamped the difference: take the update as all per-epoch work
+		cal.UpdateSecondsPerEpoch = u[1] / float64(cal.Epochs[1])
+	}
+	cal.UpdateFixedSeconds = max(u[0]-float64(cal.Epochs[0])*cal.UpdateSecondsPerEpoch, 0)
+	e := math.Round((c.TrainerLoad*cal.RolloutSecondsPerBatch - cal.UpdateFixedSeconds) / cal.UpdateSecondsPerEpoch)
+	cal.ChosenEpochs = int(min(max(e, 1), calibrateMaxEpochs))
+	return cal, nil
+}
+
 // pairedInterval returns the mean and sample std of paired differences and the two-sided 95% confidence
 // interval of their mean (Student's t with n-1 degrees of freedom); with one pair the interval is the
 // whole line.
@@ -297,6 +379,14 @@ func pairedInterval(d []float64) (mean, std float64, ci [2]float64) {
 func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
+	if cal := res.Workload.Calibration; cal != nil {
+		fmt.Printf("calibration (asynchronous, %d and %d epochs, %d and %d batches, trainer busy %.0f%% and %.0f%%): rollout %.2f s per batch, "+
+			"update %.3f s + %.3f s per epoch; %d epochs make the update %.1fx the rollout's time per batch\n", cal.Epochs[0], cal.Epochs[1],
+			cal.Batches[0], cal.Batches[1], 100*cal.TrainerBusy[0], 100*cal.TrainerBusy[1], cal.RolloutSecondsPerBatch,
+			cal.UpdateFixedSeconds, cal.UpdateSecondsPerEpoch, cal.ChosenEpochs, cal.TrainerLoad)
+	} else {
+		fmt.Printf("%d epochs per batch (given)\n", res.Workload.Epochs)
+	}
 	for _, p := range res.Pairs {
 		if len(res.Pairs) > 1 {
 			fmt.Printf("seed %d\n", p.Seed)

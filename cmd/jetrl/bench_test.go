@@ -42,11 +42,11 @@ func benchWantPositive(t *testing.T, obj map[string]any, key string) float64 {
 	return v
 }
 
-// A tiny async-vs-sync run: both modes train, the JSON has the keys the README documents, rates are
-// positive and nothing trained beyond the staleness bound. No timing is asserted.
+// A tiny async-vs-sync run: the calibration chooses the epochs, both modes train, the JSON has the keys the
+// README documents, rates are positive and nothing trained beyond the staleness bound. No timing is asserted.
 func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
-		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 1,
+		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, TrainerLoad: 2,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
@@ -73,6 +73,21 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	if ci := res.HeldOutDiffCI95; ci == nil || !(ci[0] <= res.HeldOutDiffMean && res.HeldOutDiffMean <= ci[1]) {
 		t.Errorf("held-out difference %v with interval %v, want the mean inside it", res.HeldOutDiffMean, ci)
+	}
+	cal := res.Workload.Calibration
+	if cal == nil {
+		t.Fatal("--epochs 0 ran no calibration")
+	}
+	if cal.Epochs != [2]int{1, 3} || cal.Batches[0] < 1 || cal.Batches[1] < 1 || !(cal.RolloutSecondsPerBatch > 0) || !(cal.UpdateSecondsPerEpoch > 0) ||
+		cal.ChosenEpochs < 1 || cal.ChosenEpochs > calibrateMaxEpochs {
+		t.Errorf("calibration %+v: want runs at 1 and 3 epochs, positive times and chosen epochs in [1, %d]", cal, calibrateMaxEpochs)
+	}
+	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
+		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
+	}
+	wl, _ := out["workload"].(map[string]any)
+	if jc, ok := wl["calibration"].(map[string]any); !ok || jc["chosen_epochs"] == nil {
+		t.Errorf("JSON workload %v has no calibration with chosen_epochs", wl)
 	}
 	pairs, ok := out["pairs"].([]any)
 	if !ok || len(pairs) != c.Seeds {
@@ -145,6 +160,11 @@ func TestBenchFlagsValidate(t *testing.T) {
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, Correction: "truncated", ISCap: 0.5}
 	if err := lowCap.Validate(); err == nil || !strings.Contains(err.Error(), "--is-cap") {
 		t.Fatalf("--is-cap 0.5: err = %v, want one that names --is-cap", err)
+	}
+	noLoad := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 0, CalEpochs: 1, TrainerLoad: math.NaN(), EnvHosts: 1,
+		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1}
+	if err := noLoad.Validate(); err == nil || !strings.Contains(err.Error(), "--trainer-load") {
+		t.Fatalf("--trainer-load NaN: err = %v, want one that names --trainer-load", err)
 	}
 	noSeeds := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 0}
