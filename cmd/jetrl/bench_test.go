@@ -46,7 +46,7 @@ func benchWantPositive(t *testing.T, obj map[string]any, key string) float64 {
 // README documents, rates are positive and nothing trained beyond the staleness bound. No timing is asserted.
 func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
-		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, TrainerLoad: 2,
+		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
@@ -75,12 +75,18 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		t.Errorf("held-out difference %v with interval %v, want the mean inside it", res.HeldOutDiffMean, ci)
 	}
 	cal := res.Workload.Calibration
-	if cal == nil {
-		t.Fatal("--epochs 0 ran no calibration")
+	if cal == nil || len(cal.Runs) == 0 || len(cal.Runs) > calibrateRuns {
+		t.Fatalf("--epochs 0: calibration %+v, want 1 to %d runs", cal, calibrateRuns)
 	}
-	if cal.Epochs != [2]int{1, 3} || cal.Batches[0] < 1 || cal.Batches[1] < 1 || !(cal.RolloutSecondsPerBatch > 0) || !(cal.UpdateSecondsPerEpoch > 0) ||
-		cal.ChosenEpochs < 1 || cal.ChosenEpochs > calibrateMaxEpochs {
-		t.Errorf("calibration %+v: want runs at 1 and 3 epochs, positive times and chosen epochs in [1, %d]", cal, calibrateMaxEpochs)
+	for i, r := range cal.Runs {
+		last := i == len(cal.Runs)-1
+		if r.Batches < 1 || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
+			(i > 0 && r.Epochs <= cal.Runs[i-1].Epochs) || (!last && r.TrainerBusy >= cal.TargetBusy) {
+			t.Errorf("calibration run %d of %+v: want measured batches, rising epochs from %d, and runs below the target until the last", i, cal.Runs, c.CalEpochs)
+		}
+	}
+	if lr := cal.Runs[len(cal.Runs)-1]; cal.ChosenEpochs != lr.Epochs || cal.Reached != (lr.TrainerBusy >= cal.TargetBusy) {
+		t.Errorf("calibration chose %d epochs (reached %v) after %+v: want the last run's", cal.ChosenEpochs, cal.Reached, cal.Runs)
 	}
 	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
 		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
@@ -161,10 +167,12 @@ func TestBenchFlagsValidate(t *testing.T) {
 	if err := lowCap.Validate(); err == nil || !strings.Contains(err.Error(), "--is-cap") {
 		t.Fatalf("--is-cap 0.5: err = %v, want one that names --is-cap", err)
 	}
-	noLoad := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 0, CalEpochs: 1, TrainerLoad: math.NaN(), EnvHosts: 1,
-		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1}
-	if err := noLoad.Validate(); err == nil || !strings.Contains(err.Error(), "--trainer-load") {
-		t.Fatalf("--trainer-load NaN: err = %v, want one that names --trainer-load", err)
+	for _, busy := range []float64{math.NaN(), 0, 1} {
+		badBusy := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: busy, EnvHosts: 1,
+			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1}
+		if err := badBusy.Validate(); err == nil || !strings.Contains(err.Error(), "--calibration-busy") {
+			t.Fatalf("--calibration-busy %v: err = %v, want one that names --calibration-busy", busy, err)
+		}
 	}
 	noSeeds := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 0}
