@@ -19,6 +19,7 @@ import (
 	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/services/trainer"
+	"github.com/jetrl/jetrl/shared/policy"
 	"github.com/rs/zerolog"
 	"gonum.org/v1/gonum/stat/distuv"
 )
@@ -52,6 +53,7 @@ type benchAsyncCmd struct {
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: the fewest that keep the trainer --calibration-busy busy in short asynchronous calibration runs)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
+	LREpochs      int           `name:"lr-epochs" default:"6" help:"The trainer's learning rate is the default rate times this over the epochs, so each batch moves the policy about as far as this many epochs at the default rate do, whatever the epochs (0: the default rate at any epochs)."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
 	ISCap         float64       `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
@@ -115,6 +117,8 @@ type asyncWorkload struct {
 	BatchSize       int      `json:"batch_size"`
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
+	LearningRate    float64  `json:"learning_rate"`
+	LREpochs        int      `json:"lr_epochs"`
 	Correction      string   `json:"correction"`
 	ISCap           float64  `json:"is_cap"`
 	LatencyMedianMS float64  `json:"latency_median_ms"`
@@ -171,6 +175,9 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.Correction == trainer.CorrectionTruncated && c.ISCap < 1 {
 		errs = append(errs, fmt.Errorf("--is-cap %v must be at least 1", c.ISCap))
 	}
+	if c.LREpochs < 0 {
+		errs = append(errs, fmt.Errorf("--lr-epochs %d must not be negative", c.LREpochs))
+	}
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
@@ -194,6 +201,14 @@ func (c *benchAsyncCmd) concurrency() int {
 	return c.Concurrency
 }
 
+// learningRate is the trainer's Adam learning rate at c.Epochs (see --lr-epochs).
+func (c *benchAsyncCmd) learningRate() float64 {
+	if c.LREpochs == 0 || c.Epochs == 0 {
+		return policy.DefaultLR
+	}
+	return policy.DefaultLR * float64(c.LREpochs) / float64(c.Epochs)
+}
+
 func (c *benchAsyncCmd) latency() env.LatencyConfig {
 	return env.LatencyConfig{Median: c.LatencyMedian, P99: c.LatencyP99, Seed: c.Seed}
 }
@@ -204,6 +219,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg.Model.Seed = int64(c.Seed)
 	tcfg.Model.Bits = c.policyBits
 	tcfg.Epochs = c.Epochs
+	tcfg.Adam.LR = c.learningRate()
 	tcfg.Loss.Correction, tcfg.Loss.ISCap = c.Correction, c.ISCap
 	return trialConfig{
 		Mesh: mesh.Config{
@@ -264,8 +280,8 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
 		c.Epochs, res.Workload.Calibration = cal.ChosenEpochs, cal
-		res.Workload.Epochs = c.Epochs
 	}
+	res.Workload.Epochs, res.Workload.LearningRate, res.Workload.LREpochs = c.Epochs, c.learningRate(), c.LREpochs
 	res.StalenessHist = map[string]int64{}
 	var heldSync, heldAsync []float64
 	for i := range c.Seeds {
@@ -396,10 +412,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		if !cal.Reached {
 			verdict = "not reached; the last tried"
 		}
-		fmt.Printf("calibration (asynchronous, trainer busy aimed at %.0f%%): %s; %d epochs per batch (%s)\n",
-			100*cal.TargetBusy, strings.Join(runs, ", "), cal.ChosenEpochs, verdict)
+		fmt.Printf("calibration (asynchronous, trainer busy aimed at %.0f%%): %s; %d epochs per batch (%s), learning rate %.4g\n",
+			100*cal.TargetBusy, strings.Join(runs, ", "), cal.ChosenEpochs, verdict, res.Workload.LearningRate)
 	} else {
-		fmt.Printf("%d epochs per batch (given)\n", res.Workload.Epochs)
+		fmt.Printf("%d epochs per batch (given), learning rate %.4g\n", res.Workload.Epochs, res.Workload.LearningRate)
 	}
 	for _, p := range res.Pairs {
 		if len(res.Pairs) > 1 {

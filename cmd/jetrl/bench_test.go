@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jetrl/jetrl/shared/policy"
 )
 
 // benchJSON runs a benchmark's result through JSON, as --json prints it.
@@ -46,7 +48,7 @@ func benchWantPositive(t *testing.T, obj map[string]any, key string) float64 {
 // README documents, rates are positive and nothing trained beyond the staleness bound. No timing is asserted.
 func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
-		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9,
+		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LREpochs: 6,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
@@ -90,6 +92,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
 		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
+	}
+	if want := policy.DefaultLR * 6 / float64(cal.ChosenEpochs); math.Abs(res.Workload.LearningRate-want) > 1e-12 {
+		t.Errorf("learning rate %v at %d epochs, want the default times 6/%d = %v", res.Workload.LearningRate, cal.ChosenEpochs, cal.ChosenEpochs, want)
 	}
 	wl, _ := out["workload"].(map[string]any)
 	if jc, ok := wl["calibration"].(map[string]any); !ok || jc["chosen_epochs"] == nil {
@@ -173,6 +178,20 @@ func TestBenchFlagsValidate(t *testing.T) {
 		if err := badBusy.Validate(); err == nil || !strings.Contains(err.Error(), "--calibration-busy") {
 			t.Fatalf("--calibration-busy %v: err = %v, want one that names --calibration-busy", busy, err)
 		}
+	}
+	for _, tc := range []struct {
+		epochs, lrEpochs int
+		want             float64
+	}{{9, 6, policy.DefaultLR * 6 / 9}, {3, 6, policy.DefaultLR * 2}, {9, 0, policy.DefaultLR}, {6, 6, policy.DefaultLR}} {
+		lc := &benchAsyncCmd{Epochs: tc.epochs, LREpochs: tc.lrEpochs}
+		if got := lc.learningRate(); math.Abs(got-tc.want) > 1e-15 {
+			t.Errorf("learning rate at %d epochs, --lr-epochs %d: %v, want %v", tc.epochs, tc.lrEpochs, got, tc.want)
+		}
+	}
+	negLR := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LREpochs: -1, EnvHosts: 1,
+		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1}
+	if err := negLR.Validate(); err == nil || !strings.Contains(err.Error(), "--lr-epochs") {
+		t.Fatalf("--lr-epochs -1: err = %v, want one that names --lr-epochs", err)
 	}
 	noSeeds := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 0}
