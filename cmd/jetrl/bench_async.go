@@ -50,7 +50,7 @@ type benchAsyncCmd struct {
 	Concurrency   int           `name:"concurrency" default:"0" help:"Most episodes played at once, in both modes (0: the batch size B; synchronous never plays more than B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
 	MaxQueued     int           `name:"max-queued" default:"2" help:"Most batches released and not yet applied, in both modes (negative: no bound)."`
-	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: the fewest that keep the trainer --calibration-busy busy in short asynchronous calibration runs)."`
+	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
 	LREpochs      int           `name:"lr-epochs" default:"6" help:"The trainer's learning rate is the default rate times this over the epochs, so each batch moves the policy about as far as this many epochs at the default rate do, whatever the epochs (0: the default rate at any epochs)."`
@@ -136,7 +136,7 @@ type asyncWorkload struct {
 // against the env latencies, which are fixed: so it is set to the regime the benchmark is about, the one
 // where the asynchronous mode's trainer is the limit, as a GPU-bound trainer is. Short asynchronous runs
 // (calibrateWarmup batches, then calibrateBatches measured, no evaluation) start at --calibration-epochs
-// and raise the epochs until the trainer is TargetBusy busy; the fewest epochs that reach it are chosen.
+// and raise the epochs until the trainer is TargetBusy busy; the first epochs that reach it are chosen.
 // The synchronous mode, with the same trainer, still waits for each batch's slowest episode: whether the
 // asynchronous mode is then 3x faster, and learns as well, is what the benchmark measures.
 type asyncCalibration struct {
@@ -408,7 +408,7 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		for i, r := range cal.Runs {
 			runs[i] = fmt.Sprintf("%d epochs %.1f%%", r.Epochs, 100*r.TrainerBusy)
 		}
-		verdict := "the fewest that reached it"
+		verdict := "the first that reached it"
 		if !cal.Reached {
 			verdict = "not reached; the last tried"
 		}
