@@ -48,6 +48,10 @@ type trialConfig struct {
 	// version (0: no evaluation), from instances drawn with EvalSeed.
 	EvalEpisodes int
 	EvalSeed     uint64
+	// HeldOutPoints > 1 also evaluates, the same way, the policy at the window's start and at the end of
+	// each of its first HeldOutPoints-1 equal parts (their weights are fetched as the trainer publishes them
+	// and played after the run, so the window's timing is not disturbed): the held-out learning curve.
+	HeldOutPoints int
 	// Timeout bounds the whole trial.
 	Timeout time.Duration
 }
@@ -80,6 +84,23 @@ type trialResult struct {
 	InfraFailures      int64                         `json:"infra_failures"`
 	HeldOut            map[string]rollout.EvalResult `json:"heldout,omitempty"`
 	HeldOutSuccess     float64                       `json:"heldout_success"`
+	// HeldOutCurve is held-out success along the window (trialConfig.HeldOutPoints > 1): at its start, then
+	// after each equal part; the last point is HeldOut's.
+	HeldOutCurve []heldOutPoint `json:"heldout_curve,omitempty"`
+}
+
+// heldOutPoint is held-out success of one policy version along a trial's window.
+type heldOutPoint struct {
+	EpisodesTrained int64              `json:"episodes_trained"`
+	Version         int64              `json:"version"`
+	Success         float64            `json:"success"`
+	ByTask          map[string]float64 `json:"by_task"`
+}
+
+// curveMark is a version whose weights are kept for the held-out curve.
+type curveMark struct {
+	version, trained int64
+	weights          []byte
 }
 
 // trialMark is the mesh's counters at one train step event.
@@ -153,14 +174,43 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 			}
 		}
 	}
+	js, err := bus.JetStream(admin)
+	if err != nil {
+		return nil, err
+	}
+	src, err := rollout.NewWeightsSource(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	// keep fetches the weights of version (just published, so still in the object store) for the curve.
+	var curve []curveMark
+	keep := func(version, trained int64) error {
+		w, err := src.Objects.GetBytes(ctx, proto.WeightsObject(version))
+		if err != nil {
+			return fmt.Errorf("weights of version %d: %w", version, err)
+		}
+		curve = append(curve, curveMark{version: version, trained: trained, weights: w})
+		return nil
+	}
 	if err := m.StartRollouts(ctx); err != nil {
 		return nil, err
 	}
 	var start, end *trialMark
-	target := tc.WarmupBatches*int64(mc.BatchSize) + tc.Episodes
+	base := tc.WarmupBatches * int64(mc.BatchSize)
+	target := base + tc.Episodes
+	// next is the trained count of the next inner curve point (points 1..HeldOutPoints-1).
+	nextPoint, next := int64(1), int64(-1)
+	if tc.HeldOutPoints > 1 {
+		next = base + tc.Episodes/int64(tc.HeldOutPoints)
+	}
 	if tc.WarmupBatches == 0 {
 		s, _ := mark(0, 0, time.Now())
 		start = &s
+		if tc.HeldOutPoints > 1 {
+			if err := keep(0, 0); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for end == nil {
 		select {
@@ -177,9 +227,19 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 			case start == nil && ev.Version >= tc.WarmupBatches:
 				mk, err = mark(ev.Version, ev.EpisodesTrained, time.Unix(0, ev.At))
 				start = &mk
+				if err == nil && tc.HeldOutPoints > 1 {
+					err = keep(ev.Version, ev.EpisodesTrained)
+				}
 			case start != nil && ev.EpisodesTrained >= target:
 				mk, err = mark(ev.Version, ev.EpisodesTrained, time.Unix(0, ev.At))
 				end = &mk
+			case start != nil && next >= 0 && ev.EpisodesTrained >= next:
+				err = keep(ev.Version, ev.EpisodesTrained)
+				if nextPoint++; nextPoint < int64(tc.HeldOutPoints) {
+					next = base + nextPoint*tc.Episodes/int64(tc.HeldOutPoints)
+				} else {
+					next = -1
+				}
 			}
 			if err != nil {
 				return nil, err
@@ -190,20 +250,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 		}
 	}
 	// The weights of the window's last version, fetched now, while the object store still keeps them.
-	js, err := bus.JetStream(admin)
-	if err != nil {
-		return nil, err
-	}
-	src, err := rollout.NewWeightsSource(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-	w, err := src.Objects.GetBytes(ctx, proto.WeightsObject(end.version))
-	if err != nil {
-		return nil, fmt.Errorf("weights of version %d: %w", end.version, err)
-	}
-	model, err := policy.Load(w)
-	if err != nil {
+	if err := keep(end.version, end.trained); err != nil {
 		return nil, err
 	}
 	m.StopRollouts()
@@ -228,19 +275,42 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 		res.InfraFailures += r.Status().InfraFailures
 	}
 	if tc.EvalEpisodes > 0 {
-		pool := rollout.NewWeightsPool(0, 0, true, tc.EvalSeed)
-		pool.Set(model, end.version)
-		res.HeldOut, err = rollout.Evaluate(ctx, envclient.New(admin, envclient.Config{}), pool,
-			rollout.EvalConfig{Tasks: mc.Tasks, Episodes: tc.EvalEpisodes, Seed: tc.EvalSeed, Concurrency: 64})
-		if err != nil {
-			return nil, fmt.Errorf("held-out evaluation: %w", err)
-		}
-		for _, r := range res.HeldOut {
-			res.HeldOutSuccess += r.Success / float64(len(res.HeldOut))
+		ec := envclient.New(admin, envclient.Config{})
+		for i, cm := range curve {
+			byTask, err := trialEvaluate(ctx, ec, tc, mc.Tasks, cm)
+			if err != nil {
+				return nil, err
+			}
+			pt := heldOutPoint{EpisodesTrained: cm.trained, Version: cm.version, ByTask: map[string]float64{}}
+			for task, r := range byTask {
+				pt.ByTask[task] = r.Success
+				pt.Success += r.Success / float64(len(byTask))
+			}
+			if i == len(curve)-1 {
+				res.HeldOut, res.HeldOutSuccess = byTask, pt.Success
+			}
+			if len(curve) > 1 {
+				res.HeldOutCurve = append(res.HeldOutCurve, pt)
+			}
 		}
 	}
 	m.Stop()
 	return res, m.Err()
+}
+
+// trialEvaluate plays tc.EvalEpisodes held-out episodes per task greedily with the weights of cm.
+func trialEvaluate(ctx context.Context, ec *envclient.Client, tc trialConfig, tasks []string, cm curveMark) (map[string]rollout.EvalResult, error) {
+	model, err := policy.Load(cm.weights)
+	if err != nil {
+		return nil, fmt.Errorf("weights of version %d: %w", cm.version, err)
+	}
+	pool := rollout.NewWeightsPool(0, 0, true, tc.EvalSeed)
+	pool.Set(model, cm.version)
+	out, err := rollout.Evaluate(ctx, ec, pool, rollout.EvalConfig{Tasks: tasks, Episodes: tc.EvalEpisodes, Seed: tc.EvalSeed, Concurrency: 64})
+	if err != nil {
+		return nil, fmt.Errorf("held-out evaluation of version %d: %w", cm.version, err)
+	}
+	return out, nil
 }
 
 // trialLog is the services' log of a benchmark: on stderr, errors only unless asked.

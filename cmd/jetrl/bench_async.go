@@ -49,7 +49,7 @@ type benchAsyncCmd struct {
 	BatchSize     int           `name:"batch-size" default:"256" help:"Batch size B in episodes (every batch holds exactly B)."`
 	Concurrency   int           `name:"concurrency" default:"0" help:"Most episodes played at once, in both modes (0: the batch size B; synchronous never plays more than B)."`
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
-	MaxQueued     int           `name:"max-queued" default:"2" help:"Most batches released and not yet applied, in both modes (negative: no bound)."`
+	MaxQueued     int           `name:"max-queued" default:"1" help:"Most batches released and not yet applied, in both modes (1: the next batch is composed when the trainer takes one, so none goes stale in its queue; negative: no bound)."`
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
@@ -60,6 +60,7 @@ type benchAsyncCmd struct {
 	LatencyP99    time.Duration `name:"latency-p99" default:"400ms" help:"99th percentile of the lognormal env step latency."`
 	EnvHosts      int           `name:"env-hosts" default:"1" help:"Env hosts."`
 	EvalEpisodes  int           `name:"eval-episodes" default:"200" help:"Held-out episodes per task after the measured episodes (0: no evaluation)."`
+	HeldOutPoints int           `name:"heldout-points" default:"3" help:"Held-out success is also measured at the window's start and after each of this many equal parts of it (the learning curve; 1: at its end only)."`
 	Seed          uint64        `name:"seed" default:"1" help:"Seed of the policy, instances, latency draws and evaluation."`
 	Seeds         int           `name:"seeds" default:"1" help:"Pairs of runs (both modes each), with seeds --seed, --seed+1, ...; the summary is the mean over pairs."`
 	Timeout       time.Duration `name:"timeout" default:"30m" help:"Give up a mode after this long."`
@@ -88,10 +89,19 @@ type asyncBenchResult struct {
 	HeldOutAsyncStd float64 `json:"heldout_success_async_std"`
 	// HeldOutDiff is async minus sync held-out success per pair: its mean, sample std, and the two-sided
 	// 95% confidence interval of the mean (Student's t, n-1 degrees of freedom), from the paired runs.
-	HeldOutDiffMean float64      `json:"heldout_diff_mean"`
-	HeldOutDiffStd  float64      `json:"heldout_diff_std"`
-	HeldOutDiffCI95 *[2]float64  `json:"heldout_diff_ci95,omitempty"`
-	Pairs           []*asyncPair `json:"pairs"`
+	HeldOutDiffMean float64     `json:"heldout_diff_mean"`
+	HeldOutDiffStd  float64     `json:"heldout_diff_std"`
+	HeldOutDiffCI95 *[2]float64 `json:"heldout_diff_ci95,omitempty"`
+	// HeldOutByTask is each mode's end-of-window held-out success per task, mean over the pairs.
+	HeldOutByTaskSync  map[string]float64 `json:"heldout_by_task_sync,omitempty"`
+	HeldOutByTaskAsync map[string]float64 `json:"heldout_by_task_async,omitempty"`
+	// HeldOutCurve* (with --heldout-points above 1) are the same statistics of the held-out curve's mean
+	// over its points after the window's start (area under the learning curve, as a success rate).
+	HeldOutCurveSync     float64      `json:"heldout_curve_sync,omitempty"`
+	HeldOutCurveAsync    float64      `json:"heldout_curve_async,omitempty"`
+	HeldOutCurveDiffMean float64      `json:"heldout_curve_diff_mean,omitempty"`
+	HeldOutCurveDiffCI95 *[2]float64  `json:"heldout_curve_diff_ci95,omitempty"`
+	Pairs                []*asyncPair `json:"pairs"`
 	// Sync and Async are the first pair's details.
 	Sync     *trialResult  `json:"sync"`
 	Async    *trialResult  `json:"async"`
@@ -100,12 +110,28 @@ type asyncBenchResult struct {
 
 // asyncPair is one seed's run of both modes.
 type asyncPair struct {
-	Seed         uint64       `json:"seed"`
-	Speedup      float64      `json:"speedup"`
-	HeldOutSync  float64      `json:"heldout_success_sync"`
-	HeldOutAsync float64      `json:"heldout_success_async"`
-	Sync         *trialResult `json:"sync"`
-	Async        *trialResult `json:"async"`
+	Seed         uint64  `json:"seed"`
+	Speedup      float64 `json:"speedup"`
+	HeldOutSync  float64 `json:"heldout_success_sync"`
+	HeldOutAsync float64 `json:"heldout_success_async"`
+	// HeldOutCurve* is each mode's held-out curve's mean over its points after the window's start.
+	HeldOutCurveSync  float64      `json:"heldout_curve_sync,omitempty"`
+	HeldOutCurveAsync float64      `json:"heldout_curve_async,omitempty"`
+	Sync              *trialResult `json:"sync"`
+	Async             *trialResult `json:"async"`
+}
+
+// curveMean is the mean held-out success of t's curve after its first point (the window's start), or
+// NaN without a curve.
+func curveMean(t *trialResult) float64 {
+	if len(t.HeldOutCurve) < 2 {
+		return math.NaN()
+	}
+	var sum float64
+	for _, p := range t.HeldOutCurve[1:] {
+		sum += p.Success
+	}
+	return sum / float64(len(t.HeldOutCurve)-1)
 }
 
 // asyncWorkload records the settings both modes ran with.
@@ -115,6 +141,8 @@ type asyncWorkload struct {
 	WarmupBatches   int64    `json:"warmup_batches"`
 	GroupSize       int      `json:"group_size"`
 	BatchSize       int      `json:"batch_size"`
+	MaxQueued       int      `json:"max_queued"`
+	HeldOutPoints   int      `json:"heldout_points"`
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
 	LearningRate    float64  `json:"learning_rate"`
@@ -181,6 +209,9 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
+	if c.HeldOutPoints < 1 || int64(c.HeldOutPoints) > c.Episodes {
+		errs = append(errs, fmt.Errorf("--heldout-points %d must be at least 1 and at most --episodes", c.HeldOutPoints))
+	}
 	if c.Epochs < 0 || c.EnvHosts < 1 || c.EvalEpisodes < 0 {
 		errs = append(errs, errors.New("--epochs must not be negative, --env-hosts at least 1, --eval-episodes not negative"))
 	}
@@ -228,7 +259,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 			Rollout: rollout.Config{Concurrency: c.concurrency()},
 		},
 		Latency: c.latency(), WarmupBatches: c.Warmup, Episodes: c.Episodes,
-		EvalEpisodes: c.EvalEpisodes, EvalSeed: c.Seed + 1, Timeout: c.Timeout,
+		EvalEpisodes: c.EvalEpisodes, EvalSeed: c.Seed + 1, HeldOutPoints: c.HeldOutPoints, Timeout: c.Timeout,
 	}
 }
 
@@ -267,7 +298,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
 		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
-		Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		MaxQueued: c.MaxQueued, HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
 		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
@@ -283,7 +314,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res.Workload.Epochs, res.Workload.LearningRate, res.Workload.LREpochs = c.Epochs, c.learningRate(), c.LREpochs
 	res.StalenessHist = map[string]int64{}
-	var heldSync, heldAsync []float64
+	var heldSync, heldAsync, curveSync, curveAsync []float64
 	for i := range c.Seeds {
 		pc := *c
 		pc.Seed = c.Seed + uint64(i)
@@ -300,6 +331,10 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			p.Speedup = p.Async.EpisodesPerS / p.Sync.EpisodesPerS
 		}
 		p.HeldOutSync, p.HeldOutAsync = p.Sync.HeldOutSuccess, p.Async.HeldOutSuccess
+		if cs, ca := curveMean(p.Sync), curveMean(p.Async); !math.IsNaN(cs) && !math.IsNaN(ca) {
+			p.HeldOutCurveSync, p.HeldOutCurveAsync = cs, ca
+			curveSync, curveAsync = append(curveSync, cs), append(curveAsync, ca)
+		}
 		res.Pairs = append(res.Pairs, p)
 		n := float64(c.Seeds)
 		res.SyncEpisodesPerS += p.Sync.EpisodesPerS / n
@@ -312,6 +347,30 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			res.StalenessHist[k] += v
 		}
 		heldSync, heldAsync = append(heldSync, p.HeldOutSync), append(heldAsync, p.HeldOutAsync)
+		for _, m := range []struct {
+			t   *trialResult
+			dst *map[string]float64
+		}{{p.Sync, &res.HeldOutByTaskSync}, {p.Async, &res.HeldOutByTaskAsync}} {
+			for task, r := range m.t.HeldOut {
+				if *m.dst == nil {
+					*m.dst = map[string]float64{}
+				}
+				(*m.dst)[task] += r.Success / n
+			}
+		}
+	}
+	if len(curveSync) == len(res.Pairs) && len(curveSync) > 0 {
+		d := make([]float64, len(curveSync))
+		for i := range d {
+			d[i] = curveAsync[i] - curveSync[i]
+			res.HeldOutCurveSync += curveSync[i] / float64(len(d))
+			res.HeldOutCurveAsync += curveAsync[i] / float64(len(d))
+		}
+		var ci [2]float64
+		res.HeldOutCurveDiffMean, _, ci = pairedInterval(d)
+		if len(d) > 1 {
+			res.HeldOutCurveDiffCI95 = &ci
+		}
 	}
 	syncStat, err := report.NewStat(heldSync)
 	if err != nil {
@@ -358,7 +417,7 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 		pc := *c
 		pc.Epochs = e
 		tc := pc.trial(c.Eta)
-		tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes = calibrateWarmup, calibrateBatches*int64(c.BatchSize), 0
+		tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = calibrateWarmup, calibrateBatches*int64(c.BatchSize), 0, 0
 		r, err := runTrial(ctx, tc, log)
 		if err != nil {
 			return nil, err
@@ -436,6 +495,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.InfraFailures, p.Async.InfraFailures)
+		if len(p.Sync.HeldOutCurve) > 1 && len(p.Async.HeldOutCurve) > 1 {
+			fmt.Printf("held-out along the window (trained episodes: success): sync %s; async %s; mean after the start: sync %.1f%%, async %.1f%%\n",
+				curveString(p.Sync.HeldOutCurve), curveString(p.Async.HeldOutCurve), 100*p.HeldOutCurveSync, 100*p.HeldOutCurveAsync)
+		}
 	}
 	if len(res.Pairs) < 2 {
 		return
@@ -451,6 +514,29 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		len(res.Pairs), res.Pairs[0].Seed, res.Pairs[len(res.Pairs)-1].Seed, res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
 		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "),
 		100*res.HeldOutDiffMean, 100*res.HeldOutDiffCI95[0], 100*res.HeldOutDiffCI95[1]) // set with two pairs or more, as here
+	tasks := slices.Sorted(maps.Keys(res.HeldOutByTaskSync))
+	parts := make([]string, len(tasks))
+	for i, t := range tasks {
+		parts[i] = fmt.Sprintf("%s sync %.1f%% async %.1f%%", t, 100*res.HeldOutByTaskSync[t], 100*res.HeldOutByTaskAsync[t])
+	}
+	fmt.Printf("held-out success by family (end of window, mean over pairs): %s\n", strings.Join(parts, ", "))
+	if ci := res.HeldOutCurveDiffCI95; ci != nil {
+		cd := make([]string, len(res.Pairs))
+		for i, p := range res.Pairs {
+			cd[i] = fmt.Sprintf("%+.1f", 100*(p.HeldOutCurveAsync-p.HeldOutCurveSync))
+		}
+		fmt.Printf("held-out along the window (mean of its %d points after the start): sync %.1f%%, async %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
+			c.HeldOutPoints, 100*res.HeldOutCurveSync, 100*res.HeldOutCurveAsync, strings.Join(cd, ", "), 100*res.HeldOutCurveDiffMean, 100*ci[0], 100*ci[1])
+	}
+}
+
+// curveString shows a held-out curve as "512: 41.2%, 3072: 50.1%, ...".
+func curveString(c []heldOutPoint) string {
+	parts := make([]string, len(c))
+	for i, p := range c {
+		parts[i] = fmt.Sprintf("%d: %.1f%%", p.EpisodesTrained, 100*p.Success)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // staleByTaskString shows the replay-buffer's stale drops per task, " (replay-buffer: db 3, kg 40)", or

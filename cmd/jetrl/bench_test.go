@@ -50,7 +50,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
 		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LREpochs: 6,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
-		Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
+		MaxQueued: 1, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,8 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	benchWantPositive(t, out, "trainer_busy_async")
 	benchWantPositive(t, out, "trainer_busy_sync")
 	for _, k := range []string{"max_staleness", "staleness_histogram", "heldout_success_sync", "heldout_success_async", "sync", "async", "workload",
-		"heldout_success_sync_std", "heldout_success_async_std", "heldout_diff_mean", "heldout_diff_std", "heldout_diff_ci95"} {
+		"heldout_success_sync_std", "heldout_success_async_std", "heldout_diff_mean", "heldout_diff_std", "heldout_diff_ci95",
+		"heldout_by_task_sync", "heldout_by_task_async", "heldout_curve_diff_ci95"} {
 		if _, ok := out[k]; !ok {
 			t.Errorf("JSON has no %q", k)
 		}
@@ -127,6 +128,46 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		if r.Episodes < c.Episodes || r.EpisodesTrained < c.Episodes+c.Warmup*int64(c.BatchSize) || len(r.HeldOut) != 1 {
 			t.Errorf("trial %+v: want at least %d episodes measured and a held-out score for db", r, c.Episodes)
 		}
+		benchCheckCurve(t, r, c)
+	}
+	for i, p := range res.Pairs {
+		if math.Abs(p.HeldOutCurveSync-curveMean(p.Sync)) > 1e-12 || math.Abs(p.HeldOutCurveAsync-curveMean(p.Async)) > 1e-12 {
+			t.Errorf("pair %d: curve means %v and %v, want the means of the points after the start", i, p.HeldOutCurveSync, p.HeldOutCurveAsync)
+		}
+	}
+	if ci := res.HeldOutCurveDiffCI95; ci == nil || !(ci[0] <= res.HeldOutCurveDiffMean && res.HeldOutCurveDiffMean <= ci[1]) {
+		t.Errorf("held-out curve difference %v with interval %v, want the mean inside it", res.HeldOutCurveDiffMean, ci)
+	}
+	var syncDB float64
+	for _, p := range res.Pairs {
+		syncDB += p.Sync.HeldOut["db"].Success / float64(len(res.Pairs))
+	}
+	if math.Abs(res.HeldOutByTaskSync["db"]-syncDB) > 1e-12 || len(res.HeldOutByTaskAsync) != 1 {
+		t.Errorf("held-out by task %v / %v, want db's mean over pairs %v in each mode", res.HeldOutByTaskSync, res.HeldOutByTaskAsync, syncDB)
+	}
+}
+
+// benchCheckCurve checks a trial's held-out curve: the window's start, then one point per part, in order,
+// the last being the end-of-window evaluation.
+func benchCheckCurve(t *testing.T, r *trialResult, c *benchAsyncCmd) {
+	t.Helper()
+	cv := r.HeldOutCurve
+	if len(cv) != c.HeldOutPoints+1 {
+		t.Fatalf("held-out curve %+v: want %d points (the start and one per part)", cv, c.HeldOutPoints+1)
+	}
+	for i, p := range cv {
+		if _, ok := p.ByTask["db"]; !ok || p.Success < 0 || p.Success > 1 {
+			t.Errorf("curve point %d %+v: want db's success in [0, 1]", i, p)
+		}
+		if i > 0 && (p.EpisodesTrained <= cv[i-1].EpisodesTrained || p.Version <= cv[i-1].Version) {
+			t.Errorf("curve %+v: want rising trained episodes and versions", cv)
+		}
+	}
+	if cv[0].EpisodesTrained < c.Warmup*int64(c.BatchSize) || cv[0].EpisodesTrained >= c.Warmup*int64(c.BatchSize)+c.Episodes {
+		t.Errorf("curve starts at %d trained episodes, want the window's start", cv[0].EpisodesTrained)
+	}
+	if last := cv[len(cv)-1]; last.Version != r.EvalVersion || last.EpisodesTrained != r.EpisodesTrained || last.Success != r.HeldOutSuccess {
+		t.Errorf("curve ends at %+v, want the end-of-window evaluation (version %d, %d trained, %v)", last, r.EvalVersion, r.EpisodesTrained, r.HeldOutSuccess)
 	}
 }
 
@@ -192,6 +233,13 @@ func TestBenchFlagsValidate(t *testing.T) {
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1}
 	if err := negLR.Validate(); err == nil || !strings.Contains(err.Error(), "--lr-epochs") {
 		t.Fatalf("--lr-epochs -1: err = %v, want one that names --lr-epochs", err)
+	}
+	for _, points := range []int{0, 9} {
+		bp := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
+			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: points}
+		if err := bp.Validate(); err == nil || !strings.Contains(err.Error(), "--heldout-points") {
+			t.Fatalf("--heldout-points %d with 8 episodes: err = %v, want one that names --heldout-points", points, err)
+		}
 	}
 	noSeeds := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 0}
