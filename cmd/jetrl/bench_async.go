@@ -43,7 +43,7 @@ import (
 // makes the trainer, rather than the staleness bound, the limit of the asynchronous mode on two cores.
 type benchAsyncCmd struct {
 	Tasks         []string      `name:"tasks" default:"db,kg,webshop" help:"Task families of the workload."`
-	Episodes      int64         `name:"episodes" default:"7680" help:"Trained episodes measured per mode (after the warm-up)."`
+	Episodes      int64         `name:"episodes" default:"23040" help:"Trained episodes measured per mode (after the warm-up)."`
 	Warmup        int64         `name:"warmup" default:"2" help:"Batches trained before the measurement starts."`
 	GroupSize     int           `name:"group-size" default:"8" help:"GRPO group size G."`
 	BatchSize     int           `name:"batch-size" default:"256" help:"Batch size B in episodes (every batch holds exactly B)."`
@@ -163,7 +163,7 @@ type asyncWorkload struct {
 // a free parameter of the workload (on GPUs it is the model's size), and the machine's speed moves it
 // against the env latencies, which are fixed: so it is set to the regime the benchmark is about, the one
 // where the asynchronous mode's trainer is the limit, as a GPU-bound trainer is. Short asynchronous runs
-// (calibrateWarmup batches, then calibrateBatches measured, no evaluation) start at --calibration-epochs
+// (calibrateBatches measured around the middle of the window, no evaluation) start at --calibration-epochs
 // and raise the epochs until the trainer is TargetBusy busy; the first epochs that reach it are chosen.
 // The synchronous mode, with the same trainer, still waits for each batch's slowest episode: whether the
 // asynchronous mode is then 3x faster, and learns as well, is what the benchmark measures.
@@ -395,11 +395,11 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	return res, nil
 }
 
-// A calibration run trains calibrateWarmup batches, then measures calibrateBatches: far enough in that its
-// episodes are about as long as the measured window's (the untrained policy's are longer, and the update's
-// time grows with the turns in a batch). At most calibrateRuns runs; at most calibrateMaxEpochs epochs.
+// A calibration run measures calibrateBatches centred on the measured window's middle batch (see
+// calibrationWarmup): its episodes are then about as long as the window's on the mean (the untrained
+// policy's are longer, the trained one's shorter, and the update's time grows with the turns in a batch).
+// At most calibrateRuns runs; at most calibrateMaxEpochs epochs.
 const (
-	calibrateWarmup    = 10
 	calibrateBatches   = 10
 	calibrateRuns      = 5
 	calibrateMaxEpochs = 32
@@ -417,7 +417,7 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 		pc := *c
 		pc.Epochs = e
 		tc := pc.trial(c.Eta)
-		tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = calibrateWarmup, calibrateBatches*int64(c.BatchSize), 0, 0
+		tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = c.calibrationWarmup(), calibrateBatches*int64(c.BatchSize), 0, 0
 		r, err := runTrial(ctx, tc, log)
 		if err != nil {
 			return nil, err
@@ -441,6 +441,13 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 		e = min(max(next, e+1), 2*e, calibrateMaxEpochs)
 	}
 	return cal, nil
+}
+
+// calibrationWarmup is the batches a calibration run trains before its calibrateBatches measured ones, so
+// that they are centred on the measured window's middle batch (--warmup plus half the window's batches).
+func (c *benchAsyncCmd) calibrationWarmup() int64 {
+	middle := c.Warmup + c.Episodes/int64(2*c.BatchSize)
+	return max(middle-calibrateBatches/2, 0)
 }
 
 // pairedInterval returns the mean and sample std of paired differences and the two-sided 95% confidence

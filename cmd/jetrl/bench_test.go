@@ -234,6 +234,18 @@ func TestBenchFlagsValidate(t *testing.T) {
 	if err := negLR.Validate(); err == nil || !strings.Contains(err.Error(), "--lr-epochs") {
 		t.Fatalf("--lr-epochs -1: err = %v, want one that names --lr-epochs", err)
 	}
+	for _, tc := range []struct {
+		warmup, episodes int64
+		want             int64
+	}{{2, 23040, 42}, {2, 7680, 12}, {1, 16, 0}} {
+		cw := &benchAsyncCmd{Warmup: tc.warmup, Episodes: tc.episodes, BatchSize: 256}
+		if tc.episodes == 16 {
+			cw.BatchSize = 8
+		}
+		if got := cw.calibrationWarmup(); got != tc.want {
+			t.Errorf("calibration warm-up for --warmup %d --episodes %d: %d batches, want %d (the measured batches centred on the window's middle)", tc.warmup, tc.episodes, got, tc.want)
+		}
+	}
 	for _, points := range []int{0, 9} {
 		bp := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, EnvHosts: 1,
 			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: points}
