@@ -48,7 +48,7 @@ type trialConfig struct {
 	// version (0: no evaluation), from instances drawn with EvalSeed.
 	EvalEpisodes int
 	EvalSeed     uint64
-	// HeldOutPoints > 1 also evaluates, the same way, the policy at the window's start and at the end of
+	// HeldOutPoints > 1 (with EvalEpisodes) also evaluates, the same way, the policy at the window's start and at the end of
 	// each of its first HeldOutPoints-1 equal parts (their weights are fetched as the trainer publishes them
 	// and played after the run, so the window's timing is not disturbed): the held-out learning curve.
 	HeldOutPoints int
@@ -199,14 +199,16 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	base := tc.WarmupBatches * int64(mc.BatchSize)
 	target := base + tc.Episodes
 	// next is the trained count of the next inner curve point (points 1..HeldOutPoints-1).
+	// Without an evaluation there is no curve, and no weights are fetched for one.
+	withCurve := tc.HeldOutPoints > 1 && tc.EvalEpisodes > 0
 	nextPoint, next := int64(1), int64(-1)
-	if tc.HeldOutPoints > 1 {
+	if withCurve {
 		next = base + tc.Episodes/int64(tc.HeldOutPoints)
 	}
 	if tc.WarmupBatches == 0 {
 		s, _ := mark(0, 0, time.Now())
 		start = &s
-		if tc.HeldOutPoints > 1 {
+		if withCurve {
 			if err := keep(0, 0); err != nil {
 				return nil, err
 			}
@@ -227,7 +229,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 			case start == nil && ev.Version >= tc.WarmupBatches:
 				mk, err = mark(ev.Version, ev.EpisodesTrained, time.Unix(0, ev.At))
 				start = &mk
-				if err == nil && tc.HeldOutPoints > 1 {
+				if err == nil && withCurve {
 					err = keep(ev.Version, ev.EpisodesTrained)
 				}
 			case start != nil && ev.EpisodesTrained >= target:
@@ -250,8 +252,10 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 		}
 	}
 	// The weights of the window's last version, fetched now, while the object store still keeps them.
-	if err := keep(end.version, end.trained); err != nil {
-		return nil, err
+	if tc.EvalEpisodes > 0 {
+		if err := keep(end.version, end.trained); err != nil {
+			return nil, err
+		}
 	}
 	m.StopRollouts()
 

@@ -95,11 +95,12 @@ type asyncBenchResult struct {
 	// HeldOutByTask is each mode's end-of-window held-out success per task, mean over the pairs.
 	HeldOutByTaskSync  map[string]float64 `json:"heldout_by_task_sync,omitempty"`
 	HeldOutByTaskAsync map[string]float64 `json:"heldout_by_task_async,omitempty"`
-	// HeldOutCurve* (with --heldout-points above 1) are the same statistics of the held-out curve's mean
-	// over its points after the window's start (area under the learning curve, as a success rate).
-	HeldOutCurveSync     float64      `json:"heldout_curve_sync,omitempty"`
-	HeldOutCurveAsync    float64      `json:"heldout_curve_async,omitempty"`
-	HeldOutCurveDiffMean float64      `json:"heldout_curve_diff_mean,omitempty"`
+	// HeldOutCurve* (with a curve: --heldout-points above 1 and an evaluation) are each mode's held-out
+	// curve's mean over its points after the window's start (area under the learning curve, as a success
+	// rate), mean over the pairs, and the mean and 95% interval of its async-minus-sync paired differences.
+	HeldOutCurveSync     *float64     `json:"heldout_curve_sync,omitempty"`
+	HeldOutCurveAsync    *float64     `json:"heldout_curve_async,omitempty"`
+	HeldOutCurveDiffMean *float64     `json:"heldout_curve_diff_mean,omitempty"`
 	HeldOutCurveDiffCI95 *[2]float64  `json:"heldout_curve_diff_ci95,omitempty"`
 	Pairs                []*asyncPair `json:"pairs"`
 	// Sync and Async are the first pair's details.
@@ -114,9 +115,10 @@ type asyncPair struct {
 	Speedup      float64 `json:"speedup"`
 	HeldOutSync  float64 `json:"heldout_success_sync"`
 	HeldOutAsync float64 `json:"heldout_success_async"`
-	// HeldOutCurve* is each mode's held-out curve's mean over its points after the window's start.
-	HeldOutCurveSync  float64      `json:"heldout_curve_sync,omitempty"`
-	HeldOutCurveAsync float64      `json:"heldout_curve_async,omitempty"`
+	// HeldOutCurve* is each mode's held-out curve's mean over its points after the window's start (nil
+	// without a curve).
+	HeldOutCurveSync  *float64     `json:"heldout_curve_sync,omitempty"`
+	HeldOutCurveAsync *float64     `json:"heldout_curve_async,omitempty"`
 	Sync              *trialResult `json:"sync"`
 	Async             *trialResult `json:"async"`
 }
@@ -314,6 +316,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res.Workload.Epochs, res.Workload.LearningRate, res.Workload.LREpochs = c.Epochs, c.learningRate(), c.LREpochs
 	res.StalenessHist = map[string]int64{}
+	res.HeldOutByTaskSync, res.HeldOutByTaskAsync = map[string]float64{}, map[string]float64{}
 	var heldSync, heldAsync, curveSync, curveAsync []float64
 	for i := range c.Seeds {
 		pc := *c
@@ -332,7 +335,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		}
 		p.HeldOutSync, p.HeldOutAsync = p.Sync.HeldOutSuccess, p.Async.HeldOutSuccess
 		if cs, ca := curveMean(p.Sync), curveMean(p.Async); !math.IsNaN(cs) && !math.IsNaN(ca) {
-			p.HeldOutCurveSync, p.HeldOutCurveAsync = cs, ca
+			p.HeldOutCurveSync, p.HeldOutCurveAsync = &cs, &ca
 			curveSync, curveAsync = append(curveSync, cs), append(curveAsync, ca)
 		}
 		res.Pairs = append(res.Pairs, p)
@@ -347,27 +350,22 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			res.StalenessHist[k] += v
 		}
 		heldSync, heldAsync = append(heldSync, p.HeldOutSync), append(heldAsync, p.HeldOutAsync)
-		for _, m := range []struct {
-			t   *trialResult
-			dst *map[string]float64
-		}{{p.Sync, &res.HeldOutByTaskSync}, {p.Async, &res.HeldOutByTaskAsync}} {
-			for task, r := range m.t.HeldOut {
-				if *m.dst == nil {
-					*m.dst = map[string]float64{}
-				}
-				(*m.dst)[task] += r.Success / n
-			}
+		for task, r := range p.Sync.HeldOut {
+			res.HeldOutByTaskSync[task] += r.Success / n
+		}
+		for task, r := range p.Async.HeldOut {
+			res.HeldOutByTaskAsync[task] += r.Success / n
 		}
 	}
 	if len(curveSync) == len(res.Pairs) && len(curveSync) > 0 {
 		d := make([]float64, len(curveSync))
+		var cs, ca float64
 		for i := range d {
 			d[i] = curveAsync[i] - curveSync[i]
-			res.HeldOutCurveSync += curveSync[i] / float64(len(d))
-			res.HeldOutCurveAsync += curveAsync[i] / float64(len(d))
+			cs, ca = cs+curveSync[i]/float64(len(d)), ca+curveAsync[i]/float64(len(d))
 		}
-		var ci [2]float64
-		res.HeldOutCurveDiffMean, _, ci = pairedInterval(d)
+		mean, _, ci := pairedInterval(d)
+		res.HeldOutCurveSync, res.HeldOutCurveAsync, res.HeldOutCurveDiffMean = &cs, &ca, &mean
 		if len(d) > 1 {
 			res.HeldOutCurveDiffCI95 = &ci
 		}
@@ -502,9 +500,9 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.InfraFailures, p.Async.InfraFailures)
-		if len(p.Sync.HeldOutCurve) > 1 && len(p.Async.HeldOutCurve) > 1 {
+		if p.HeldOutCurveSync != nil && p.HeldOutCurveAsync != nil {
 			fmt.Printf("held-out along the window (trained episodes: success): sync %s; async %s; mean after the start: sync %.1f%%, async %.1f%%\n",
-				curveString(p.Sync.HeldOutCurve), curveString(p.Async.HeldOutCurve), 100*p.HeldOutCurveSync, 100*p.HeldOutCurveAsync)
+				curveString(p.Sync.HeldOutCurve), curveString(p.Async.HeldOutCurve), 100**p.HeldOutCurveSync, 100**p.HeldOutCurveAsync)
 		}
 	}
 	if len(res.Pairs) < 2 {
@@ -521,19 +519,20 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		len(res.Pairs), res.Pairs[0].Seed, res.Pairs[len(res.Pairs)-1].Seed, res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
 		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "),
 		100*res.HeldOutDiffMean, 100*res.HeldOutDiffCI95[0], 100*res.HeldOutDiffCI95[1]) // set with two pairs or more, as here
-	tasks := slices.Sorted(maps.Keys(res.HeldOutByTaskSync))
-	parts := make([]string, len(tasks))
-	for i, t := range tasks {
-		parts[i] = fmt.Sprintf("%s sync %.1f%% async %.1f%%", t, 100*res.HeldOutByTaskSync[t], 100*res.HeldOutByTaskAsync[t])
+	if tasks := slices.Sorted(maps.Keys(res.HeldOutByTaskSync)); len(tasks) > 0 {
+		parts := make([]string, len(tasks))
+		for i, t := range tasks {
+			parts[i] = fmt.Sprintf("%s sync %.1f%% async %.1f%%", t, 100*res.HeldOutByTaskSync[t], 100*res.HeldOutByTaskAsync[t])
+		}
+		fmt.Printf("held-out success by family (end of window, mean over pairs): %s\n", strings.Join(parts, ", "))
 	}
-	fmt.Printf("held-out success by family (end of window, mean over pairs): %s\n", strings.Join(parts, ", "))
-	if ci := res.HeldOutCurveDiffCI95; ci != nil {
+	if ci := res.HeldOutCurveDiffCI95; ci != nil { // set only when every pair has a curve
 		cd := make([]string, len(res.Pairs))
 		for i, p := range res.Pairs {
-			cd[i] = fmt.Sprintf("%+.1f", 100*(p.HeldOutCurveAsync-p.HeldOutCurveSync))
+			cd[i] = fmt.Sprintf("%+.1f", 100*(*p.HeldOutCurveAsync-*p.HeldOutCurveSync))
 		}
 		fmt.Printf("held-out along the window (mean of its %d points after the start): sync %.1f%%, async %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
-			c.HeldOutPoints, 100*res.HeldOutCurveSync, 100*res.HeldOutCurveAsync, strings.Join(cd, ", "), 100*res.HeldOutCurveDiffMean, 100*ci[0], 100*ci[1])
+			c.HeldOutPoints, 100**res.HeldOutCurveSync, 100**res.HeldOutCurveAsync, strings.Join(cd, ", "), 100**res.HeldOutCurveDiffMean, 100*ci[0], 100*ci[1])
 	}
 }
 

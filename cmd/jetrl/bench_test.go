@@ -131,12 +131,18 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		benchCheckCurve(t, r, c)
 	}
 	for i, p := range res.Pairs {
-		if math.Abs(p.HeldOutCurveSync-curveMean(p.Sync)) > 1e-12 || math.Abs(p.HeldOutCurveAsync-curveMean(p.Async)) > 1e-12 {
-			t.Errorf("pair %d: curve means %v and %v, want the means of the points after the start", i, p.HeldOutCurveSync, p.HeldOutCurveAsync)
+		if p.HeldOutCurveSync == nil || p.HeldOutCurveAsync == nil ||
+			math.Abs(*p.HeldOutCurveSync-curveMean(p.Sync)) > 1e-12 || math.Abs(*p.HeldOutCurveAsync-curveMean(p.Async)) > 1e-12 {
+			t.Fatalf("pair %d: curve means %v and %v, want the means of the points after the start", i, p.HeldOutCurveSync, p.HeldOutCurveAsync)
 		}
 	}
-	if ci := res.HeldOutCurveDiffCI95; ci == nil || !(ci[0] <= res.HeldOutCurveDiffMean && res.HeldOutCurveDiffMean <= ci[1]) {
-		t.Errorf("held-out curve difference %v with interval %v, want the mean inside it", res.HeldOutCurveDiffMean, ci)
+	if ci, m := res.HeldOutCurveDiffCI95, res.HeldOutCurveDiffMean; ci == nil || m == nil || !(ci[0] <= *m && *m <= ci[1]) {
+		t.Errorf("held-out curve difference %v with interval %v, want the mean inside it", m, ci)
+	}
+	for _, k := range []string{"heldout_curve_sync", "heldout_curve_async", "heldout_curve_diff_mean"} {
+		if _, ok := out[k].(float64); !ok {
+			t.Errorf("JSON %q = %v, want a number (even when it is 0)", k, out[k])
+		}
 	}
 	var syncDB float64
 	for _, p := range res.Pairs {
