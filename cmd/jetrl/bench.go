@@ -48,9 +48,10 @@ type trialConfig struct {
 	// version (0: no evaluation), from instances drawn with EvalSeed.
 	EvalEpisodes int
 	EvalSeed     uint64
-	// HeldOutPoints > 1 (with EvalEpisodes) also evaluates, the same way, the policy at the window's start and at the end of
-	// each of its first HeldOutPoints-1 equal parts (their weights are fetched as the trainer publishes them
-	// and played after the run, so the window's timing is not disturbed): the held-out learning curve.
+	// HeldOutPoints > 1 (with EvalEpisodes) also evaluates, the same way, the policy at the window's start
+	// and at the end of each of its first HeldOutPoints-1 equal parts (their weights are fetched as the
+	// trainer publishes them and played after the run, so the window's timing is not disturbed): the
+	// held-out learning curve.
 	HeldOutPoints int
 	// Timeout bounds the whole trial.
 	Timeout time.Duration
