@@ -375,6 +375,62 @@ func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 	}
 }
 
+// A checkpoint written before the trainer kept group keys lists the applied groups by id; a trainer resumes
+// from it and still refuses a repeat of those groups. Its checkpoint is then the new form, keys only.
+func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
+	m := newMesh(t)
+	cfg := testConfig(1)
+	r := m.startTrainer(t, cfg)
+	m.publishBatch(t, "tb-1", proto.TrainBatch{ID: "tb-1", Episodes: group(m.model(t), "g1", 0)})
+	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
+	r.stop()
+	ctx := testCtx(t)
+	obj, err := m.js.ObjectStore(ctx, proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := obj.GetBytes(ctx, proto.KeyCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := codec.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := cp["group_keys"].([]byte); len(keys) != 8 {
+		t.Fatalf("checkpoint group keys %v, want one 8-byte key (group g1)", cp["group_keys"])
+	}
+	delete(cp, "group_keys")
+	cp["groups"] = []string{"g1"}
+	if b, err = codec.Marshal(cp, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.PutBytes(ctx, proto.KeyCheckpoint, b); err != nil {
+		t.Fatal(err)
+	}
+
+	r2 := m.startTrainer(t, cfg)
+	if s := r2.tr.Stats(); !s.Resumed || s.Version != 1 {
+		t.Fatalf("stats %+v, want resumed at version 1", s)
+	}
+	v1 := m.model(t)
+	m.publishBatch(t, "tb-2", proto.TrainBatch{ID: "tb-2", Episodes: append(group(v1, "g2", 1), episode(v1, "g1-9", "g1", 1, []int{1}, 1))})
+	eventually(t, 10*time.Second, "the second batch", func() bool { return r2.tr.Stats().Batches == 2 })
+	if s := r2.tr.Stats(); s.EpisodesTrained != 4 || s.DupEpisodes != 1 {
+		t.Fatalf("stats %+v, want g2's 2 episodes trained and g1's repeat refused", s)
+	}
+	if b, err = obj.GetBytes(ctx, proto.KeyCheckpoint); err != nil {
+		t.Fatal(err)
+	}
+	cp = nil
+	if err := codec.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := cp["group_keys"].([]byte); len(keys) != 16 || cp["groups"] != nil {
+		t.Fatalf("checkpoint after the batch: group keys %v and ids %v, want two keys (g1, g2) and no ids", cp["group_keys"], cp["groups"])
+	}
+}
+
 func TestRestartRepublishesVersionMissingFromKV(t *testing.T) {
 	m := newMesh(t)
 	cfg := testConfig(1)
