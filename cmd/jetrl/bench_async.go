@@ -53,7 +53,7 @@ type benchAsyncCmd struct {
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
-	LREpochs      int           `name:"lr-epochs" default:"6" help:"The trainer's learning rate is the default rate times this over the epochs, so each batch moves the policy about as far as this many epochs at the default rate do, whatever the epochs (0: the default rate at any epochs)."`
+	LREpochs      int           `name:"lr-epochs" default:"3" help:"The trainer's learning rate is the default rate times this over the epochs, so each batch moves the policy about as far as this many epochs at the default rate do, whatever the epochs (0: the default rate at any epochs). At 6, a version moved the policy so far that data two versions old held the asynchronous mode back (README)."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
 	ISCap         float64       `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
