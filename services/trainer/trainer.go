@@ -37,9 +37,9 @@ const maxGroupsRemembered = proto.MaxUnackedEpisodes / 2
 
 // groupKey is what the trainer remembers of an applied group: the 64-bit FNV-1a hash of its id. The
 // checkpoint holds the keys as one blob, 8 bytes a group, written with every version; the ids themselves
-// (maxGroupsRemembered strings of 22 bytes) made it 8 to 10 times dearer to encode and three times larger
-// (BenchmarkCheckpointEncode). Two remembered ids with the same key (odds about n²/2^65: 7e-12 for n at the bound)
-// would refuse one fresh group as a repeat, counted as duplicate episodes.
+// (maxGroupsRemembered strings of 22 bytes) made it 8 to 10 times dearer to encode and three times
+// larger (BenchmarkCheckpointEncode). Two remembered ids with the same key (odds about n²/2^65: 7e-12 for
+// n at the bound) would refuse one fresh group as a repeat, counted as duplicate episodes.
 func groupKey(id string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(id))
