@@ -389,20 +389,26 @@ func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := obj.GetBytes(ctx, proto.KeyCheckpoint)
-	if err != nil {
-		t.Fatal(err)
+	stored := func() map[string]any { // the stored checkpoint's fields, as msgpack decodes them
+		t.Helper()
+		b, err := obj.GetBytes(ctx, proto.KeyCheckpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cp map[string]any
+		if err := codec.Unmarshal(b, &cp); err != nil {
+			t.Fatal(err)
+		}
+		return cp
 	}
-	var cp map[string]any
-	if err := codec.Unmarshal(b, &cp); err != nil {
-		t.Fatal(err)
-	}
+	cp := stored()
 	if keys, _ := cp["group_keys"].([]byte); len(keys) != 8 {
 		t.Fatalf("checkpoint group keys %v, want one 8-byte key (group g1)", cp["group_keys"])
 	}
 	delete(cp, "group_keys")
 	cp["groups"] = []string{"g1"}
-	if b, err = codec.Marshal(cp, 0); err != nil {
+	b, err := codec.Marshal(cp, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := obj.PutBytes(ctx, proto.KeyCheckpoint, b); err != nil {
@@ -419,13 +425,7 @@ func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
 	if s := r2.tr.Stats(); s.EpisodesTrained != 4 || s.DupEpisodes != 1 {
 		t.Fatalf("stats %+v, want g2's 2 episodes trained and g1's repeat refused", s)
 	}
-	if b, err = obj.GetBytes(ctx, proto.KeyCheckpoint); err != nil {
-		t.Fatal(err)
-	}
-	cp = nil
-	if err := codec.Unmarshal(b, &cp); err != nil {
-		t.Fatal(err)
-	}
+	cp = stored()
 	if keys, _ := cp["group_keys"].([]byte); len(keys) != 16 || cp["groups"] != nil {
 		t.Fatalf("checkpoint after the batch: group keys %v and ids %v, want two keys (g1, g2) and no ids", cp["group_keys"], cp["groups"])
 	}
