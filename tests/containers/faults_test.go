@@ -46,6 +46,24 @@ func TestMeshInContainers(t *testing.T) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Minute)
 	defer cancel()
+	// The final checks' failures are said again after the containers' logs, which a failed test prints
+	// (cleanups run last registered first), so that the end of the output names what failed.
+	var failures []string
+	t.Cleanup(func() {
+		if len(failures) > 0 {
+			t.Logf("the final checks failed:\n%s", strings.Join(failures, "\n"))
+		}
+	})
+	fail := func(format string, args ...any) {
+		t.Helper()
+		failures = append(failures, fmt.Sprintf(format, args...))
+		t.Errorf(format, args...)
+	}
+	fatal := func(format string, args ...any) {
+		t.Helper()
+		fail(format, args...)
+		t.FailNow()
+	}
 	m := startMesh(t, ctx, 2, 2)
 
 	// The initial policy (version 0), evaluated on held-out instances while the mesh trains.
@@ -259,7 +277,7 @@ func TestMeshInContainers(t *testing.T) {
 
 	l, err := readLedger(ctx, m.js)
 	if err != nil {
-		t.Fatal(err)
+		fatal("%v", err)
 	}
 	t.Logf("ledger: %s", l.summary())
 	for reason, n := range l.maskedReasons() {
@@ -268,31 +286,31 @@ func TestMeshInContainers(t *testing.T) {
 	slack := m.gateSlack(ctx)
 	t.Logf("staleness gate: %s", slack)
 	for _, p := range l.problems {
-		t.Errorf("ledger: %s", p)
+		fail("ledger: %s", p)
 	}
 	// Fault-specific evidence from the ledger.
 	masked, maskedTrained := l.maskedOn("env-2", envKilled)
 	// Sessions that start on the restarted host while a rollout's breaker on it is still open are cut short.
 	maskedBack := l.maskedStarted("env-2", envBack)
 	if masked == 0 {
-		t.Errorf("no episode in flight on env-2 was masked when it was killed")
+		fail("no episode in flight on env-2 was masked when it was killed")
 	}
 	if maskedTrained != 0 {
-		t.Errorf("%d masked episodes of env-2 were trained", maskedTrained)
+		fail("%d masked episodes of env-2 were trained", maskedTrained)
 	}
 	_, whileDead := l.cutBy("rollout-2", rollDead)
 	if whileDead != 0 {
-		t.Errorf("%d episodes of rollout-2 were stored while it was dead", whileDead)
+		fail("%d episodes of rollout-2 were stored while it was dead", whileDead)
 	}
 	// Every admission is an episode published, or one cut short unpublished: the rollouts were stopped with
 	// SIGTERM, which publishes what is in flight, so only the killed replica's episodes in flight are missing.
 	adm, err := m.admission(ctx)
 	if err != nil {
-		t.Fatal(err)
+		fatal("%v", err)
 	}
 	cut := int(adm.Started) - len(l.order)
 	if cut <= 0 || cut > rolloutKills*rolloutConcurrency {
-		t.Errorf("%d episodes admitted and never published (admissions %d, episodes published %d), want between 1 and %d, what the killed replica could have in flight",
+		fail("%d episodes admitted and never published (admissions %d, episodes published %d), want between 1 and %d, what the killed replica could have in flight",
 			cut, adm.Started, len(l.order), rolloutKills*rolloutConcurrency)
 	}
 	// The staleness gate got back every admission that will not reach the trainer: what is outstanding is
@@ -301,7 +319,7 @@ func TestMeshInContainers(t *testing.T) {
 	// markers; only a replica killed between claiming a group and announcing it could leak that one group
 	// (per kill).
 	if rec := m.current(ctx); rec == nil {
-		t.Error("no version record at the end")
+		fail("no version record at the end")
 	} else {
 		held := int64(0)
 		for _, r := range l.order {
@@ -313,7 +331,7 @@ func TestMeshInContainers(t *testing.T) {
 		t.Logf("staleness gate accounting: %d admitted, %d refunded, %d consumed by the trainer, %d held by the replay-buffer: %d unaccounted",
 			adm.Started, adm.Refunded, rec.EpisodesConsumed, held, unaccounted)
 		if unaccounted < 0 || unaccounted > rolloutKills*groupSize {
-			t.Errorf("staleness gate: %d admissions unaccounted for (admitted %d, refunded %d, consumed %d, held %d), want 0 (at most one group per kill of a rollout, %d)",
+			fail("staleness gate: %d admissions unaccounted for (admitted %d, refunded %d, consumed %d, held %d), want 0 (at most one group per kill of a rollout, %d)",
 				unaccounted, adm.Started, adm.Refunded, rec.EpisodesConsumed, held, rolloutKills*groupSize)
 		}
 	}
@@ -331,33 +349,33 @@ func TestMeshInContainers(t *testing.T) {
 	t.Logf("fault table:\n%s", table)
 	for _, r := range rows {
 		if r.Lost != 0 || r.Duplicated != 0 {
-			t.Errorf("%s: %d lost, %d duplicated, want 0 and 0", r.Fault, r.Lost, r.Duplicated)
+			fail("%s: %d lost, %d duplicated, want 0 and 0", r.Fault, r.Lost, r.Duplicated)
 		}
 	}
 
 	// Held-out success rises from the initial policy to the trained one.
 	ini := <-initial
 	if ini.err != nil {
-		t.Fatalf("initial evaluation: %v", ini.err)
+		fatal("initial evaluation: %v", ini.err)
 	}
 	rec := m.current(ctx)
 	if rec == nil {
-		t.Fatal("no policy version at the end")
+		fatal("no policy version at the end")
 	}
 	w, err := m.weights(ctx, rec)
 	if err != nil {
-		t.Fatal(err)
+		fatal("%v", err)
 	}
 	final, err := m.heldout(ctx, w, fmt.Sprintf("v%d", rec.Version))
 	if err != nil {
-		t.Fatalf("final evaluation: %v", err)
+		fatal("final evaluation: %v", err)
 	}
 	wall := time.Since(began).Round(time.Second)
 	learn := fmt.Sprintf("held-out success on %d alfworld instances: %.1f%% at version 0, %.1f%% at version %d (%d episodes trained)",
 		evalEpisodes, 100*ini.success, 100*final, rec.Version, rec.EpisodesTrained)
 	t.Logf("%s; wall time %v (training until %v)", learn, wall, ended.Sub(began).Round(time.Second))
 	if final-ini.success < minRise {
-		t.Errorf("held-out success rose by %.1f points, want at least %.0f", 100*(final-ini.success), 100*minRise)
+		fail("held-out success rose by %.1f points, want at least %.0f", 100*(final-ini.success), 100*minRise)
 	}
 	writeTable(t, rows, table, learn+"; staleness gate: "+slack, wall)
 }
