@@ -44,8 +44,14 @@ func TestBenchMeshSmoke(t *testing.T) {
 	}
 	out := dataBenchJSON(t, res)
 	for _, k := range []string{"mesh_episodes_per_s", "mesh_env_steps_per_s", "raw_episodes_per_s", "ratio", "episode_bytes", "policy_versions",
-		"raw_env_episodes_per_s", "raw_both_episodes_per_s", "ratio_to_raw_both", "env_calls_per_batch"} {
+		"raw_env_episodes_per_s", "raw_both_episodes_per_s", "ratio_to_raw_both", "env_calls_per_batch",
+		"mesh_msgs_per_episode", "raw_msgs_per_episode", "mesh_cpu_us_per_msg", "raw_cpu_us_per_msg"} {
 		dataBenchPositive(t, out, k)
+	}
+	// A raw episode is four messages at least (publish, its ack, the delivery, the consumer's ack); a mesh
+	// episode is those and its env calls besides.
+	if res.RawMsgsPerEpisode < 4 || res.MeshMsgsPerEpisode <= res.RawMsgsPerEpisode {
+		t.Errorf("messages per episode: raw %.2f, mesh %.2f; want raw at least 4 and the mesh more", res.RawMsgsPerEpisode, res.MeshMsgsPerEpisode)
 	}
 	if res.TurnsPerEpisode != float64(c.Turns) {
 		t.Errorf("turns per episode %v, want the zero family's %d", res.TurnsPerEpisode, c.Turns)

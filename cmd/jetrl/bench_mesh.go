@@ -79,6 +79,13 @@ type meshBenchResult struct {
 	RawEnvCPUMicros     float64 `json:"raw_env_cpu_us_per_episode"`
 	RawBothEpisodesPerS float64 `json:"raw_both_episodes_per_s"`
 	RatioBoth           float64 `json:"ratio_to_raw_both"`
+	// Messages the server received and sent (publishes in, deliveries out, JetStream's acks and API calls
+	// included) per episode, and the process's CPU per such message, on each path: whether the mesh pays
+	// for more messages or for dearer ones.
+	MeshMsgsPerEpisode float64 `json:"mesh_msgs_per_episode"`
+	RawMsgsPerEpisode  float64 `json:"raw_msgs_per_episode"`
+	MeshCPUMicrosMsg   float64 `json:"mesh_cpu_us_per_msg"`
+	RawCPUMicrosMsg    float64 `json:"raw_cpu_us_per_msg"`
 }
 
 func (c *benchMeshCmd) Validate() error {
@@ -108,13 +115,13 @@ func (c *benchMeshCmd) Run(g *globals) error {
 		c.Turns, c.Bits, c.GroupSize, c.BatchSize, c.Eta, c.Concurrency, c.RawRounds)
 	fmt.Printf("mesh: %.1f env calls per batch message, %d policy versions, trainer busy %.0f%%\n", res.EnvCallsPerBatch, res.PolicyVersions, 100*res.TrainerBusy)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\tCPU µs/episode\t\n")
-	fmt.Fprintf(w, "mesh: env → rollout → replay-buffer → normalizer → trainer\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds, res.MeshCPUMicros)
-	fmt.Fprintf(w, "raw JetStream publish + consume of the same %d B episodes\t%.0f\t-\t%d\t%.1f\t%.0f\t\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds, res.RawCPUMicros)
-	fmt.Fprintf(w, "raw core NATS request/reply of %d-call batches, %d per group\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\n", c.GroupSize, 1+c.Turns, res.RawEnvEpisodesPerS, float64(c.Turns)*res.RawEnvEpisodesPerS, res.RawEnvEpisodes, res.RawEnvSeconds, res.RawEnvCPUMicros)
-	fmt.Fprintf(w, "raw both (JetStream, then request/reply)\t%.0f\t\t\t\t\t\n", res.RawBothEpisodesPerS)
-	fmt.Fprintf(w, "mesh / raw JetStream\t%.1f%%\t\t\t\t\t\n", 100*res.Ratio)
-	fmt.Fprintf(w, "mesh / raw both\t%.1f%%\t\t\t\t\t\n", 100*res.RatioBoth)
+	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\tCPU µs/episode\tmsgs/episode\tCPU µs/msg\t\n")
+	fmt.Fprintf(w, "mesh: env → rollout → replay-buffer → normalizer → trainer\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t\n", res.MeshEpisodesPerS, res.MeshEnvStepsPerS, res.MeshEpisodes, res.MeshSeconds, res.MeshCPUMicros, res.MeshMsgsPerEpisode, res.MeshCPUMicrosMsg)
+	fmt.Fprintf(w, "raw JetStream publish + consume of the same %d B episodes\t%.0f\t-\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds, res.RawCPUMicros, res.RawMsgsPerEpisode, res.RawCPUMicrosMsg)
+	fmt.Fprintf(w, "raw core NATS request/reply of %d-call batches, %d per group\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\t\t\n", c.GroupSize, 1+c.Turns, res.RawEnvEpisodesPerS, float64(c.Turns)*res.RawEnvEpisodesPerS, res.RawEnvEpisodes, res.RawEnvSeconds, res.RawEnvCPUMicros)
+	fmt.Fprintf(w, "raw both (JetStream, then request/reply)\t%.0f\t\t\t\t\t\t\t\n", res.RawBothEpisodesPerS)
+	fmt.Fprintf(w, "mesh / raw JetStream\t%.1f%%\t\t\t\t\t\t\t\n", 100*res.Ratio)
+	fmt.Fprintf(w, "mesh / raw both\t%.1f%%\t\t\t\t\t\t\t\n", 100*res.RatioBoth)
 	return w.Flush()
 }
 
@@ -135,10 +142,10 @@ func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
 	defer srv.Shutdown()
 
 	res := &meshBenchResult{}
-	if err := c.runMesh(ctx, srv.URL(), log, res); err != nil {
+	if err := c.runMesh(ctx, srv, log, res); err != nil {
 		return nil, err
 	}
-	if err := c.runRaw(ctx, srv.URL(), log, res); err != nil {
+	if err := c.runRaw(ctx, srv, log, res); err != nil {
 		return nil, err
 	}
 	if err := c.runRawEnv(ctx, srv.URL(), log, res); err != nil {
@@ -242,7 +249,8 @@ func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Lo
 
 // runMesh runs the five services with the zero-latency family and counts what the trainer trained and what
 // the rollout played over the measured window.
-func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
+func (c *benchMeshCmd) runMesh(ctx context.Context, srv *bus.Embedded, log zerolog.Logger, res *meshBenchResult) error {
+	url := srv.URL()
 	tcfg := trainer.DefaultConfig()
 	tcfg.Model = policy.Config{Bits: c.Bits, Seed: 1}
 	m, err := mesh.Start(ctx, mesh.Config{
@@ -271,6 +279,10 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logg
 	}
 	t0, r0, at0 := snap()
 	cpu0 := processCPU()
+	tr0, err := srv.Traffic()
+	if err != nil {
+		return err
+	}
 	if c.CPUProfile != "" {
 		f, err := os.Create(c.CPUProfile)
 		if err != nil {
@@ -287,12 +299,17 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, url string, log zerolog.Logg
 	}
 	t1, r1, at1 := snap()
 	cpu := processCPU() - cpu0
+	tr1, err := srv.Traffic()
+	if err != nil {
+		return err
+	}
 	secs := at1.Sub(at0).Seconds()
 	res.MeshSeconds = secs
 	res.MeshEpisodes = t1.EpisodesTrained - t0.EpisodesTrained
 	res.MeshEpisodesPerS = float64(res.MeshEpisodes) / secs
 	if res.MeshEpisodes > 0 {
 		res.MeshCPUMicros = float64(cpu.Microseconds()) / float64(res.MeshEpisodes)
+		res.MeshMsgsPerEpisode, res.MeshCPUMicrosMsg = perMsg(tr1.Sub(tr0), cpu, res.MeshEpisodes)
 	}
 	res.MeshEnvStepsPerS = float64(r1.Turns-r0.Turns) / secs
 	if played := r1.Published - r0.Published; played > 0 {
@@ -321,7 +338,8 @@ const (
 // runRaw publishes the episodes the mesh produced (their encoded bytes, as stored) to a stream configured
 // like the episodes stream, each with its own Nats-Msg-Id, while a durable pull consumer acks them one by
 // one: what NATS itself carries of this traffic on this machine.
-func (c *benchMeshCmd) runRaw(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
+func (c *benchMeshCmd) runRaw(ctx context.Context, srv *bus.Embedded, log zerolog.Logger, res *meshBenchResult) error {
+	url := srv.URL()
 	pc, err := bus.Connect(ctx, url, "jetrl-bench-raw-pub", log)
 	if err != nil {
 		return err
@@ -384,6 +402,10 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, url string, log zerolog.Logge
 	for round := 0; round < c.RawRounds; round++ {
 		target.Store(int64((round + 1) * n))
 		start, cpu0 := time.Now(), processCPU()
+		tr0, err := srv.Traffic()
+		if err != nil {
+			return err
+		}
 		for i := 0; i < n; {
 			_, err := pjs.PublishAsync(meshRawSubject, samples[i%len(samples)], jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", round, i)))
 			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
@@ -412,8 +434,14 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, url string, log zerolog.Logge
 			return fmt.Errorf("raw consume: %d of %d messages after a minute", received.Load(), target.Load())
 		}
 		secs := time.Since(start).Seconds()
+		cpu := processCPU() - cpu0
+		tr1, err := srv.Traffic()
+		if err != nil {
+			return err
+		}
 		if rate := float64(n) / secs; rate > res.RawEpisodesPerS {
-			res.RawCPUMicros = float64((processCPU() - cpu0).Microseconds()) / float64(n)
+			res.RawCPUMicros = float64(cpu.Microseconds()) / float64(n)
+			res.RawMsgsPerEpisode, res.RawCPUMicrosMsg = perMsg(tr1.Sub(tr0), cpu, int64(n))
 			res.RawEpisodes, res.RawSeconds, res.RawEpisodesPerS = n, secs, rate
 			res.RawMBPerS = float64(n) * float64(res.EpisodeBytes) / secs / 1e6
 		}
@@ -439,6 +467,14 @@ func meshSampleEpisodes(ctx context.Context, js jetstream.JetStream, n int) ([][
 		return nil, errors.New("read episodes: the episodes stream is empty")
 	}
 	return out, nil
+}
+
+// perMsg is the server's messages per episode over a window and the process's CPU per message.
+func perMsg(tr bus.Traffic, cpu time.Duration, episodes int64) (msgsPerEpisode, cpuMicrosPerMsg float64) {
+	if episodes <= 0 || tr.Msgs() <= 0 {
+		return 0, 0
+	}
+	return float64(tr.Msgs()) / float64(episodes), float64(cpu.Microseconds()) / float64(tr.Msgs())
 }
 
 func meshSleep(ctx context.Context, d time.Duration) error {

@@ -54,6 +54,45 @@ func TestStartEmbeddedNeedsStoreDir(t *testing.T) {
 	}
 }
 
+func TestEmbeddedTrafficCountsMessages(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, _ := connect(t, srv.URL())
+	got := make(chan struct{}, 10)
+	sub, err := nc.Subscribe("traffic.test", func(*nats.Msg) { got <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := srv.Traffic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := nc.Publish("traffic.test", make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		<-got
+	}
+	after, err := srv.Traffic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	// 10 publishes in and 10 deliveries out, of 100 bytes each (a PING/PONG of the flush is no message).
+	if d.InMsgs != 10 || d.OutMsgs != 10 || d.InBytes != 1000 || d.OutBytes != 1000 || d.Msgs() != 20 {
+		t.Fatalf("traffic of 10 messages of 100 B to one subscriber: %+v, want 10 in, 10 out, 1000 B each way", d)
+	}
+}
+
 func TestEmbeddedServerAcceptsLargeMessages(t *testing.T) {
 	ctx := testCtx(t)
 	_, js := connect(t, server(t))

@@ -81,6 +81,29 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 // URL clients connect to.
 func (e *Embedded) URL() string { return e.srv.ClientURL() }
 
+// Traffic is what a server has carried since it started: messages and bytes received from its
+// connections (clients' publishes) and sent to them (deliveries, including JetStream's).
+type Traffic struct {
+	InMsgs, OutMsgs, InBytes, OutBytes int64
+}
+
+// Sub returns the traffic carried between an earlier reading o and t.
+func (t Traffic) Sub(o Traffic) Traffic {
+	return Traffic{InMsgs: t.InMsgs - o.InMsgs, OutMsgs: t.OutMsgs - o.OutMsgs, InBytes: t.InBytes - o.InBytes, OutBytes: t.OutBytes - o.OutBytes}
+}
+
+// Msgs is the messages received and sent.
+func (t Traffic) Msgs() int64 { return t.InMsgs + t.OutMsgs }
+
+// Traffic reads the server's message counters.
+func (e *Embedded) Traffic() (Traffic, error) {
+	v, err := e.srv.Varz(nil)
+	if err != nil {
+		return Traffic{}, fmt.Errorf("embedded nats: varz: %w", err)
+	}
+	return Traffic{InMsgs: v.InMsgs, OutMsgs: v.OutMsgs, InBytes: v.InBytes, OutBytes: v.OutBytes}, nil
+}
+
 // Shutdown stops the server and waits for it.
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
