@@ -50,10 +50,27 @@ type batcher struct {
 	subject string
 	starts  bool
 
-	mu       sync.Mutex
-	queue    []*call
-	leading  bool
+	mu      sync.Mutex
+	queue   []*call
+	leading bool
+	// expected are the sessions likely to call soon: each had a step result that did not end it, or was
+	// started on this batcher's host, and has not called since. A leader waits for them up to
+	// Config.MaxLinger; when that passes, whoever has not come (a session that stopped without a last
+	// call) is forgotten, so it delays one batch at most.
+	expected map[string]struct{}
+	// wake, while a leader waits for the expected sessions, is closed when the last of them has called.
+	wake     chan struct{}
 	fallback atomic.Int64 // unix nanoseconds until which calls go singly
+}
+
+// expectCall says session is likely to call soon.
+func (b *batcher) expectCall(session string) {
+	b.mu.Lock()
+	if b.expected == nil {
+		b.expected = map[string]struct{}{}
+	}
+	b.expected[session] = struct{}{}
+	b.mu.Unlock()
 }
 
 // useSingle says whether calls should skip batching for now.
@@ -63,6 +80,13 @@ func (b *batcher) useSingle() bool { return time.Now().UnixNano() < b.fallback.L
 func (b *batcher) enqueue(c *call) {
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
+	if c.step != nil {
+		delete(b.expected, c.step.SessionID)
+	}
+	if b.wake != nil && len(b.expected) == 0 {
+		close(b.wake)
+		b.wake = nil
+	}
 	lead := !b.leading
 	b.leading = true
 	b.mu.Unlock()
@@ -80,6 +104,7 @@ func (b *batcher) enqueue(c *call) {
 		}
 		seen = queued
 	}
+	b.linger()
 	b.mu.Lock()
 	calls := b.queue
 	b.queue, b.leading = nil, false
@@ -89,6 +114,32 @@ func (b *batcher) enqueue(c *call) {
 		b.send(calls[:n])
 		calls = calls[n:]
 	}
+}
+
+// linger waits until every session expected has called, for Config.MaxLinger at most; then it forgets
+// those that did not come.
+func (b *batcher) linger() {
+	b.mu.Lock()
+	if len(b.expected) == 0 || b.c.cfg.MaxLinger < 0 {
+		clear(b.expected)
+		b.mu.Unlock()
+		return
+	}
+	wake := make(chan struct{})
+	b.wake = wake
+	b.mu.Unlock()
+	t := time.NewTimer(b.c.cfg.MaxLinger)
+	select {
+	case <-wake:
+	case <-t.C:
+	}
+	t.Stop()
+	b.mu.Lock()
+	if b.wake == wake { // not woken: whoever is still expected is not coming soon
+		b.wake = nil
+		clear(b.expected)
+	}
+	b.mu.Unlock()
 }
 
 // send publishes one batch with a reply subject of its own on the client's reply subscription.
@@ -246,6 +297,12 @@ func (r *replies) onReply(m *nats.Msg) {
 			r.malformed.Add(1)
 			r.deliver(sb, res.Index, callResult{err: fmt.Errorf("%w: batch result %d from %s has no reply", proto.ErrMalformed, res.Index, sb.b.subject)})
 		default:
+			switch {
+			case sb.b.starts:
+				sb.b.c.stepBatcher(res.Start.HostID).expectCall(res.Start.SessionID)
+			case !res.Step.Done && res.Index >= 0 && res.Index < len(sb.calls):
+				sb.b.expectCall(sb.calls[res.Index].step.SessionID)
+			}
 			r.deliver(sb, res.Index, callResult{res: res})
 		}
 	}

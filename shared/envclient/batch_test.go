@@ -90,6 +90,84 @@ func TestBatchedStepsReachTheirCallers(t *testing.T) {
 	}
 }
 
+// Sessions that think between steps (their policy choosing) still step together: a batch waits for the
+// sessions that had a result and have not called again, so every turn of the callers goes in one message.
+func TestBatchWaitsForSessionsThatHadResults(t *testing.T) {
+	url := server(t)
+	const callers, turns = 16, 5
+	requests := serveBatches(t, url, proto.SubjectEnvStepBatch("hb"), callers, stepOK)
+	// A linger far longer than a think, so that a loaded machine does not make the batches smaller.
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: 2 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	// Each caller plays its turns one after another, thinking before each; the first turn of all of them
+	// is played before anything is counted (nobody had a result yet, so nothing is waited for).
+	play := func(turns []int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, callers)
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				session := fmt.Sprintf("hb-%d", i)
+				for _, turn := range turns {
+					time.Sleep(50 * time.Microsecond) // the policy choosing
+					if _, err := c.Step(ctx, "hb", session, proto.ToolCall{Name: "x"}); err != nil {
+						errs <- fmt.Errorf("%s turn %d: %w", session, turn, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	play([]int{1})
+	before := c.BatchStats()
+	play([]int{2, 3, 4, 5})
+	after := c.BatchStats()
+	calls, batches := after.Calls-before.Calls, after.Batches-before.Batches
+	if calls != callers*(turns-1) || batches != turns-1 {
+		t.Fatalf("turns 2..%d of %d callers: %d calls in %d batches (%d requests served in all), want %d calls in %d batches, one a turn",
+			turns, callers, calls, batches, requests.Load(), callers*(turns-1), turns-1)
+	}
+}
+
+// A session that had a result and never calls again delays the next batch by MaxLinger once, not forever.
+func TestBatchStopsWaitingForASessionThatLeft(t *testing.T) {
+	url := server(t)
+	serveBatches(t, url, proto.SubjectEnvStepBatch("hb"), 8, stepOK)
+	const linger = 300 * time.Millisecond
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for _, s := range []string{"stays", "leaves"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Step(ctx, "hb", s, proto.ToolCall{Name: "x"}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// "leaves" had a result and will not call again: the next batch waits for it, once.
+	for i, want := range []string{"waits for the session that left", "waits for no one"} {
+		began := time.Now()
+		if _, err := c.Step(ctx, "hb", "stays", proto.ToolCall{Name: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		if (i == 0) != (took >= linger) {
+			t.Fatalf("step %d took %v with MaxLinger %v: want one that %s", i+1, took, linger, want)
+		}
+	}
+}
+
 // A result that carries an error is the same catalogued error as a single call's error reply: refusals
 // leave the host's breaker closed, timeouts open it.
 func TestBatchResultErrorsAreCatalogued(t *testing.T) {

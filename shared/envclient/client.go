@@ -29,7 +29,16 @@ type Config struct {
 	// same moment go out together, one EnvStartBatch or EnvStepBatch per subject (see batcher), and a
 	// host that does not serve batches is called singly.
 	Unbatched bool
+	// MaxLinger bounds how long a batch waits for the calls expected soon: sessions that had a result (or
+	// were started on the host) and have not called again, most often because their policy is choosing.
+	// Waiting for them puts a rollout's episodes on a host into one message a turn. 0 means
+	// DefaultMaxLinger; negative sends what has queued at once.
+	MaxLinger time.Duration
 }
+
+// DefaultMaxLinger is about the time a policy takes to choose the next calls of a rollout's episodes,
+// and small next to an env step that waits on anything.
+const DefaultMaxLinger = 500 * time.Microsecond
 
 // Client talks to env hosts.
 type Client struct {
@@ -53,6 +62,9 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	}
 	if cfg.StartRetries == 0 {
 		cfg.StartRetries = 20
+	}
+	if cfg.MaxLinger == 0 {
+		cfg.MaxLinger = DefaultMaxLinger
 	}
 	c := &Client{nc: nc, cfg: cfg, breakers: breaker.NewSet[*proto.EnvStepReply](cfg.Breaker), steps: map[string]*batcher{}}
 	c.starts = &batcher{c: c, subject: proto.SubjectEnvStartBatch, starts: true}
