@@ -46,3 +46,19 @@ func TestGroupKeyIsFNV1a(t *testing.T) {
 		t.Fatalf("groupKey: %x, %x", groupKey(""), groupKey("a"))
 	}
 }
+
+func TestChunkSize(t *testing.T) {
+	for _, tc := range []struct {
+		givenBytes    int
+		expectedChunk uint32
+	}{
+		{givenBytes: 0, expectedChunk: 1},
+		{givenBytes: 4096, expectedChunk: 4096},
+		{givenBytes: WeightsChunkSize, expectedChunk: WeightsChunkSize},
+		{givenBytes: 64 << 20, expectedChunk: WeightsChunkSize},
+	} {
+		if got := chunkSize(tc.givenBytes); got != tc.expectedChunk {
+			t.Errorf("chunkSize(%d) = %d, want %d", tc.givenBytes, got, tc.expectedChunk)
+		}
+	}
+}

@@ -17,6 +17,13 @@ import (
 // eighth of the messages and stay far below the mesh's 8 MB max payload.
 const WeightsChunkSize = 1 << 20
 
+// chunkSize is the Object Store chunk size of an n-byte object: WeightsChunkSize, or n when smaller. The
+// client allocates (and zeroes) a whole chunk for every put, so a small policy's weights and checkpoint,
+// written with every version, would otherwise cost a megabyte each.
+func chunkSize(n int) uint32 {
+	return uint32(max(min(n, WeightsChunkSize), 1))
+}
+
 // PublishWeights makes the weight blob w visible as policy version rec.Version: it puts w in the weights
 // Object Store as proto.WeightsObject(rec.Version), then the version record in the policy KV bucket, which
 // every rollout watches. It fills in the record's Schema, Object, Size, SHA256 and PublishedAt and returns
@@ -24,7 +31,7 @@ const WeightsChunkSize = 1 << 20
 // the bytes against), so the weights are hashed once, not twice.
 func PublishWeights(ctx context.Context, objects jetstream.ObjectStore, kv jetstream.KeyValue, rec proto.PolicyVersion, w []byte) (proto.PolicyVersion, error) {
 	rec.Schema, rec.Object, rec.Size = proto.SchemaVersion, proto.WeightsObject(rec.Version), int64(len(w))
-	info, err := objects.Put(ctx, jetstream.ObjectMeta{Name: rec.Object, Opts: &jetstream.ObjectMetaOptions{ChunkSize: WeightsChunkSize}}, bytes.NewReader(w))
+	info, err := objects.Put(ctx, jetstream.ObjectMeta{Name: rec.Object, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunkSize(len(w))}}, bytes.NewReader(w))
 	if err != nil {
 		return rec, fmt.Errorf("put weights %s: %w", rec.Object, err)
 	}

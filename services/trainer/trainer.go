@@ -5,6 +5,7 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -330,7 +331,8 @@ func (t *Trainer) saveCheckpoint(ctx context.Context, st stores) error {
 	if err != nil {
 		return err
 	}
-	if _, err := st.cps.PutBytes(ctx, proto.KeyCheckpoint, data); err != nil {
+	meta := jetstream.ObjectMeta{Name: proto.KeyCheckpoint, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunkSize(len(data))}}
+	if _, err := st.cps.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	return nil
