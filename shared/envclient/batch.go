@@ -63,10 +63,14 @@ type batcher struct {
 	fallback atomic.Int64 // unix nanoseconds until which calls go singly
 }
 
+// maxExpected bounds a batcher's expected sessions: sessions that are expected and then call singly (a
+// host whose breaker refused them) leave no trace, and no leader may come to forget them.
+const maxExpected = 1 << 14
+
 // expectCall says session is likely to call soon.
 func (b *batcher) expectCall(session string) {
 	b.mu.Lock()
-	if b.expected == nil {
+	if b.expected == nil || len(b.expected) >= maxExpected {
 		b.expected = map[string]struct{}{}
 	}
 	b.expected[session] = struct{}{}
