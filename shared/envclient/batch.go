@@ -63,8 +63,9 @@ type batcher struct {
 	fallback atomic.Int64 // unix nanoseconds until which calls go singly
 }
 
-// maxExpected bounds a batcher's expected sessions: sessions that are expected and then call singly (a
-// host whose breaker refused them) leave no trace, and no leader may come to forget them.
+// maxExpected bounds a batcher's expected sessions: one whose next call never reaches the batcher (its
+// host's breaker refused it, or the host is called singly) is not removed by that call, and no leader
+// may come to forget it.
 const maxExpected = 1 << 14
 
 // expectCall says session is likely to call soon.
