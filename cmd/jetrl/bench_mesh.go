@@ -435,6 +435,10 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, srv *bus.Embedded, log zerolo
 		}
 		secs := time.Since(start).Seconds()
 		cpu := processCPU() - cpu0
+		// The consumer's last acks may still be buffered: counted once they are at the server (not timed).
+		if err := cc.Flush(); err != nil {
+			return err
+		}
 		tr1, err := srv.Traffic()
 		if err != nil {
 			return err
