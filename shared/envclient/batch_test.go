@@ -48,6 +48,27 @@ func serveBatches(t *testing.T, url, subject string, perMessage int, answer func
 	return requests
 }
 
+// callConcurrently runs call for sessions hb-0 ... hb-(callers-1) at once and reports every error it returns.
+func callConcurrently(t *testing.T, callers int, call func(session string) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := call(fmt.Sprintf("hb-%d", i)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 func stepOK(s proto.EnvStepRequest) proto.EnvBatchResult {
 	return proto.EnvBatchResult{Step: &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "seen by " + s.SessionID, Status: proto.StatusRunning, Turn: 1}}
 }
@@ -60,27 +81,16 @@ func TestBatchedStepsReachTheirCallers(t *testing.T) {
 	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	const callers = 64
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			session := fmt.Sprintf("hb-%d", i)
-			rep, err := c.Step(testCtx(t), "hb", session, proto.ToolCall{Name: "x", Arguments: "{}"})
-			switch {
-			case err != nil:
-				errs <- fmt.Errorf("%s: %w", session, err)
-			case rep.Observation != "seen by "+session:
-				errs <- fmt.Errorf("%s got the reply of another session: %q", session, rep.Observation)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	callConcurrently(t, callers, func(session string) error {
+		rep, err := c.Step(testCtx(t), "hb", session, proto.ToolCall{Name: "x", Arguments: "{}"})
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: %w", session, err)
+		case rep.Observation != "seen by "+session:
+			return fmt.Errorf("%s got the reply of another session: %q", session, rep.Observation)
+		}
+		return nil
+	})
 	st := c.BatchStats()
 	if st.Calls != callers || st.Batches != requests.Load() || st.Batches < 1 || st.Batches > callers {
 		t.Fatalf("stats %+v with %d batch requests served, want %d calls in at most %d batches", st, requests.Load(), callers, callers)
@@ -103,27 +113,15 @@ func TestBatchWaitsForSessionsThatHadResults(t *testing.T) {
 	// Each caller plays its turns one after another, thinking before each; the first turn of all of them
 	// is played before anything is counted (nobody had a result yet, so nothing is waited for).
 	play := func(turns []int) {
-		var wg sync.WaitGroup
-		errs := make(chan error, callers)
-		for i := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				session := fmt.Sprintf("hb-%d", i)
-				for _, turn := range turns {
-					time.Sleep(50 * time.Microsecond) // the policy choosing
-					if _, err := c.Step(ctx, "hb", session, proto.ToolCall{Name: "x"}); err != nil {
-						errs <- fmt.Errorf("%s turn %d: %w", session, turn, err)
-						return
-					}
+		callConcurrently(t, callers, func(session string) error {
+			for _, turn := range turns {
+				time.Sleep(50 * time.Microsecond) // the policy choosing
+				if _, err := c.Step(ctx, "hb", session, proto.ToolCall{Name: "x"}); err != nil {
+					return fmt.Errorf("%s turn %d: %w", session, turn, err)
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+			}
+			return nil
+		})
 	}
 	play([]int{1})
 	before := c.BatchStats()
