@@ -63,9 +63,9 @@ type Config struct {
 	// GroupTimeout releases a group that is still missing members (their rollout died) after this long.
 	GroupTimeout time.Duration
 	// ReplicaTimeout releases a group sooner when its rollout replica heartbeats (proto.RolloutHeartbeat)
-	// and has not listed the group for this long, or has stopped beating this long ago: the replica died,
-	// or restarted and lost the group. A replica never heard from is left to GroupTimeout. Default 10s;
-	// negative: only GroupTimeout.
+	// and has not listed the group for this long: the replica restarted under the same id and lost the
+	// group. A replica that stopped beating (dead, or cut off from NATS with members still to publish) and
+	// one never heard from are left to GroupTimeout. Default 10s; negative: only GroupTimeout.
 	ReplicaTimeout time.Duration
 	// MinGroup is the fewest usable members a group needs to train (GRPO needs two to compare).
 	MinGroup int
@@ -142,12 +142,13 @@ type group struct {
 	// rollout is the replica that plays the group (from its marker or first member).
 	rollout string
 	size    int
-	// cutoff is the episodes stream's last sequence once the group had gone unlisted by its replica's
-	// heartbeat for a while since listedAt, its last listing (cutoffSet): every member the replica
+	// cutoff is the episodes stream's last sequence at cutoffAt, once the group's replica had been beating
+	// without it for a while since listedAt, its last listing (cutoffSet): every member the replica
 	// published is at or before it, so once the buffer has read that far, a member still missing will not
 	// come.
 	cutoff    uint64
 	cutoffSet bool
+	cutoffAt  time.Time
 	listedAt  time.Time
 	// startVersion is the version the group was admitted under (its members' StartVersion).
 	startVersion int64
@@ -576,17 +577,21 @@ func (b *Buffer) timeout(now time.Time, lastSeq func() (uint64, error), log zero
 }
 
 // orphaned reports whether an open group's members that have not arrived never will, before its group
-// timeout: its rollout replica, heard from, has not listed it in a heartbeat for ReplicaTimeout (counted
-// from when the buffer first saw the group if that is later: the replica died, or finished the group, or
-// restarted without it), and the buffer has read the episodes stream as far as it reached once the group
-// had gone unlisted for a quarter of that. Every member the replica published is stored by then, so a
-// member still missing is not waiting to be read behind others. A group of a replica never heard from,
-// and any group while a previous buffer's episodes are being redelivered, waits for the group timeout.
+// timeout: its rollout replica is beating and its heartbeats have not listed the group for ReplicaTimeout
+// (counted from when the buffer first saw the group if that is later): it finished the group, or restarted
+// under the same id without it. Silence is not evidence: a replica cut off from NATS may still hold members
+// to publish, and a buffer cut off hears no heartbeats at all, so a group of a replica that has not beaten
+// in the last ReplicaTimeout/4 waits (for the group timeout, if the replica died for good). The buffer also
+// must have read the episodes stream as far as it reached once the replica had been beating without the
+// group for a while, and the replica must have gone on beating without it for ReplicaTimeout/4 since: every
+// member the replica published is stored by then, so a member still missing is not waiting to be read
+// behind others. A group of a replica never heard from, and any group while a previous buffer's episodes
+// are being redelivered, waits for the group timeout.
 func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error), log zerolog.Logger) bool {
 	if b.cfg.ReplicaTimeout <= 0 || now.Before(b.redeliveryUntil) {
 		return false
 	}
-	listed, heard := b.live.lastListed(g.rollout, g.id)
+	listed, beat, heard := b.live.lastListed(g.rollout, g.id)
 	if !heard {
 		return false
 	}
@@ -597,7 +602,9 @@ func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error
 	if g.firstSeen.After(listed) {
 		unlisted = now.Sub(g.firstSeen) // the replica was alive when it admitted the group
 	}
-	if unlisted <= b.cfg.ReplicaTimeout/4 {
+	quarter := b.cfg.ReplicaTimeout / 4
+	if unlisted <= quarter || now.Sub(beat) > quarter {
+		g.cutoffSet = false // not (or no longer) beating without the group: no evidence yet
 		return false
 	}
 	if !g.cutoffSet {
@@ -606,9 +613,9 @@ func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error
 			log.Warn().Err(err).Msg("episodes stream info; no group released on a heartbeat this tick")
 			return false
 		}
-		g.cutoff, g.cutoffSet = seq, true
+		g.cutoff, g.cutoffSet, g.cutoffAt = seq, true, now
 	}
-	return unlisted > b.cfg.ReplicaTimeout && b.read >= g.cutoff
+	return unlisted > b.cfg.ReplicaTimeout && now.Sub(g.cutoffAt) >= quarter && b.read >= g.cutoff
 }
 
 // heartbeat takes a rollout replica's list of the groups it still plays.
@@ -648,19 +655,20 @@ func (l *liveness) beat(hb proto.RolloutHeartbeat, now time.Time) {
 }
 
 // lastListed is when replica rollout last listed group id in a heartbeat (the Unix epoch if it never did, or
-// not within the time liveness remembers); heard is false when the replica has not beaten since the
-// buffer started.
-func (l *liveness) lastListed(rollout, id string) (last time.Time, heard bool) {
+// not within the time liveness remembers) and when it last beat; heard is false when the replica has not
+// beaten since the buffer started (or not within the time liveness remembers).
+func (l *liveness) lastListed(rollout, id string) (last, beat time.Time, heard bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, heard := l.beats[rollout]; !heard {
-		return time.Time{}, false
+	beat, heard = l.beats[rollout]
+	if !heard {
+		return time.Time{}, time.Time{}, false
 	}
 	last, ok := l.listed[id]
 	if !ok {
-		return time.Unix(0, 0), true
+		return time.Unix(0, 0), beat, true
 	}
-	return last, true
+	return last, beat, true
 }
 
 // prune forgets groups not listed for longer than groups, and replicas silent for longer than replicas.

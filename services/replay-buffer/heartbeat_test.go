@@ -55,16 +55,18 @@ func (b *beater) list(groups ...string) {
 }
 
 // A replica that beats but no longer lists one of its groups (it restarted and lost it) gets that group
-// released after the replica timeout instead of the group timeout; when the replica stops beating (it
-// died), its other open groups follow. A group its replica still lists stays open meanwhile.
+// released after the replica timeout instead of the group timeout. A group its replica still lists stays
+// open meanwhile; when the replica stops beating (dead, or cut off), its other groups wait for the group
+// timeout, since silence does not say that their members will not come.
 func TestGroupsOfAGoneReplicaAreReleasedAfterTheReplicaTimeout(t *testing.T) {
 	m := newMesh(t)
 	m.setVersion(t, 0)
-	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, Eta: 1, GroupTimeout: time.Minute, ReplicaTimeout: time.Second})
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, Eta: 1, GroupTimeout: 8 * time.Second, ReplicaTimeout: time.Second})
 	hb := m.beat(t, "r1", "lost", "kept")
 	// The members do not name their replica (as ep builds them): the markers do, read after the member
 	// for kept and before them for lost.
 	m.publish(t, ep("kept", 0, 4, 0), "")
+	keptSeen := time.Now()
 	eventually(t, 10*time.Second, "kept's member held", func() bool { return r.b.Stats().Received == 1 })
 	m.announce(t, start("lost", 4))
 	m.announce(t, start("kept", 4))
@@ -90,16 +92,57 @@ func TestGroupsOfAGoneReplicaAreReleasedAfterTheReplicaTimeout(t *testing.T) {
 	// The buffer counts a settled group's losses just after refunding them.
 	eventually(t, 10*time.Second, "1 orphaned group, 2 missing", func() bool { s := r.b.Stats(); return s.Orphaned == 1 && s.Missing == 2 })
 
-	hb.stop() // the replica dies
-	eventually(t, 10*time.Second, "the kept group refunded whole (1 member is too few to train)", func() bool { return m.refunded(t) == 6 })
-	eventually(t, 10*time.Second, "2 orphaned groups, 5 missing, 1 dropped in a small group", func() bool {
+	hb.stop() // the replica dies, or is cut off from NATS
+	if wait := time.Until(keptSeen.Add(6 * time.Second)); wait > 0 {
+		time.Sleep(wait) // several replica timeouts of silence, short of the group timeout
+	}
+	if s := r.b.Stats(); s.Orphaned != 1 || m.refunded(t) != 2 {
+		t.Fatalf("stats %+v, refunded %d: the silent replica's kept group was released before its group timeout", s, m.refunded(t))
+	}
+	eventually(t, 20*time.Second, "the kept group refunded whole (1 member is too few to train)", func() bool { return m.refunded(t) == 6 })
+	if waited := time.Since(keptSeen); waited < 8*time.Second {
+		t.Fatalf("kept group released %v after it was first seen, before the 8s group timeout", waited)
+	}
+	eventually(t, 10*time.Second, "1 orphaned group, 5 missing, 1 dropped in a small group", func() bool {
 		s := r.b.Stats()
-		return s.Orphaned == 2 && s.Missing == 5 && s.DroppedGroup == 1
+		return s.Orphaned == 1 && s.Missing == 5 && s.DroppedGroup == 1
 	})
 	if got := m.refunded(t); got != 6 {
 		t.Fatalf("refunded %d in the end, want 6", got)
 	}
 	eventually(t, 10*time.Second, "members and markers acked", func() bool { return m.pending(t) == 0 && m.markersPending(t) == 0 })
+}
+
+// A replica cut off from NATS for several replica timeouts, with members still to publish, keeps its
+// group: when it is back, beating and publishing, the group trains whole and nothing is late.
+func TestGroupOfAReplicaCutOffWaitsForItsMembers(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 4, Eta: 1, GroupTimeout: time.Minute, ReplicaTimeout: time.Second})
+	hb := m.beat(t, "r1", "g")
+	m.announce(t, start("g", 4))
+	m.publish(t, ep("g", 0, 4, 0), "")
+	m.publish(t, ep("g", 1, 4, 0), "")
+	// Another replica goes on publishing, so the buffer has read the stream's end all along.
+	other := m.beat(t, "r2", "h")
+	m.publish(t, ep("h", 0, 2, 0), "")
+	eventually(t, 10*time.Second, "marker and 3 members held", func() bool { s := r.b.Stats(); return s.GroupStarts == 1 && s.Received == 3 })
+	hb.stop() // r1 cut off
+	time.Sleep(3500 * time.Millisecond)
+	if s := r.b.Stats(); s.Orphaned != 0 || m.refunded(t) != 0 || m.msgs(t, proto.StreamBatches) != 0 {
+		t.Fatalf("stats %+v, refunded %d: the group of a replica cut off was released", s, m.refunded(t))
+	}
+	m.beat(t, "r1", "g") // back: its buffered heartbeats and the members it kept publishing go out
+	m.publish(t, ep("g", 2, 4, 0), "")
+	m.publish(t, ep("g", 3, 4, 0), "")
+	eventually(t, 10*time.Second, "the whole group batched", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); len(got) != 4 {
+		t.Fatalf("batch %v, want g-0 to g-3", got)
+	}
+	other.stop()
+	if s := r.b.Stats(); s.Late != 0 || s.Orphaned != 0 || s.Missing != 0 {
+		t.Fatalf("stats %+v: want no late, orphaned or missing member", s)
+	}
 }
 
 // A replica never heard from (one that does not beat) is left to the group timeout, even while another

@@ -33,6 +33,9 @@ import (
 // A train batch applied twice, a gap or repeat in the versions, an applied batch the train stream does not
 // hold, or an episode in a batch that the episodes stream does not hold fail the ledger too.
 
+// stamp is how the ledger prints a time.
+const stamp = "15:04:05.000"
+
 // Fates.
 const (
 	fateTrained = "trained"
@@ -57,6 +60,7 @@ type epRec struct {
 	inBatches                int    // train batches holding it
 	trained                  int    // times the trainer's rule admitted it in an applied batch
 	fate                     string
+	why                      string // what the ledger knows of a lost episode
 }
 
 type trainRec struct {
@@ -71,7 +75,8 @@ type ledger struct {
 	groups      map[string][]*epRec
 	train       map[string]*trainRec
 	trainOrder  []string
-	batchVer    map[string]int64 // group id -> trainer version at the release of a batch holding it
+	batchVer    map[string]int64     // group id -> trainer version at the release of a batch holding it
+	batchAt     map[string]time.Time // group id -> when that batch was stored
 	steps       []proto.TrainStep
 	deadLetters int
 	// replay-buffer consumer state at the end
@@ -139,7 +144,7 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 
 // readLedger reads the durable records of a drained mesh.
 func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
-	l := &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchVer: map[string]int64{}}
+	l := &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchVer: map[string]int64{}, batchAt: map[string]time.Time{}}
 	err := readStream(ctx, js, proto.StreamEpisodes, 0, func(seq uint64, at time.Time, data []byte) error {
 		var ep proto.Episode
 		if err := msgpack.Unmarshal(data, &ep); err != nil {
@@ -160,13 +165,13 @@ func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = readStream(ctx, js, proto.StreamBatches, 0, func(_ uint64, _ time.Time, data []byte) error {
+	err = readStream(ctx, js, proto.StreamBatches, 0, func(_ uint64, at time.Time, data []byte) error {
 		var b proto.Batch
 		if err := msgpack.Unmarshal(data, &b); err != nil {
 			return err
 		}
 		for _, ep := range b.Episodes {
-			l.batchVer[ep.GroupID] = b.TrainerVersion
+			l.batchVer[ep.GroupID], l.batchAt[ep.GroupID] = b.TrainerVersion, at
 		}
 		return nil
 	})
@@ -323,7 +328,7 @@ func (l *ledger) settle() {
 	}
 	for _, r := range l.order {
 		if r.fate == fateLost {
-			l.problem("episode %s (group %s, rollout %s, seq %d, in %d batches, trained %d times) is lost", r.id, r.group, r.rollout, r.seq, r.inBatches, r.trained)
+			l.problem("episode %s (group %s, rollout %s, seq %d, in %d batches, trained %d times) is lost%s", r.id, r.group, r.rollout, r.seq, r.inBatches, r.trained, r.why)
 		}
 		if r.inBatches > 1 || r.trained > 1 {
 			l.problem("episode %s is in %d train batches and was trained %d times", r.id, r.inBatches, r.trained)
@@ -347,6 +352,9 @@ func (l *ledger) settleUnbatched(r *epRec) {
 			r.fate, r.staleAt = fateStale, "replay-buffer"
 		} else {
 			r.fate = fateLost
+			at := l.batchAt[r.group]
+			r.why = fmt.Sprintf(": finished %s, stored %s, its group's batch stored %s (%s after the episode)",
+				r.finishedAt.UTC().Format(stamp), r.at.UTC().Format(stamp), at.UTC().Format(stamp), at.Sub(r.at).Round(time.Millisecond))
 		}
 		return
 	}

@@ -15,7 +15,7 @@ type cli struct {
 	MaxBatchSize   int           `name:"max-batch-size" env:"JETRL_MAX_BATCH_SIZE" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
 	Eta            int           `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
 	GroupTimeout   time.Duration `name:"group-timeout" env:"JETRL_GROUP_TIMEOUT" default:"2m" help:"Release a group missing members after this long."`
-	ReplicaTimeout time.Duration `name:"replica-timeout" env:"JETRL_REPLICA_TIMEOUT" default:"10s" help:"Release a group sooner when its rollout replica heartbeats and has not listed it for this long, or stopped beating this long ago (negative: off)."`
+	ReplicaTimeout time.Duration `name:"replica-timeout" env:"JETRL_REPLICA_TIMEOUT" default:"10s" help:"Release a group sooner when its rollout replica goes on beating without listing it for this long (a replica that stopped beating is left to the group timeout; negative: off)."`
 	MaxQueued      int           `name:"max-queued" env:"JETRL_MAX_QUEUED" default:"2" help:"Most batches released and not yet applied by the trainer (negative: no bound)."`
 }
 
