@@ -92,7 +92,7 @@ func TestGroupsOfAGoneReplicaAreReleasedAfterTheReplicaTimeout(t *testing.T) {
 	// The buffer counts a settled group's losses just after refunding them.
 	eventually(t, 10*time.Second, "1 orphaned group, 2 missing", func() bool { s := r.b.Stats(); return s.Orphaned == 1 && s.Missing == 2 })
 
-	hb.stop() // the replica dies, or is cut off from NATS
+	hb.stop()                   // the replica dies, or is cut off from NATS
 	time.Sleep(3 * time.Second) // several replica timeouts of silence
 	if s := r.b.Stats(); s.Orphaned != 1 || m.refunded(t) != 2 {
 		t.Fatalf("stats %+v, refunded %d: the silent replica's kept group was released before its group timeout", s, m.refunded(t))
