@@ -220,6 +220,10 @@ type Stats struct {
 	// Orphaned counts groups released before their group timeout because their rollout replica no longer
 	// plays them (see Config.ReplicaTimeout).
 	Orphaned int64 `json:"orphaned_groups"`
+	// Silences counts the times a rollout replica heard from went without a heartbeat for longer than
+	// ReplicaTimeout (dead, or it or this buffer cut off from NATS): its open groups then wait for their
+	// group timeout or its return.
+	Silences int64 `json:"replica_silences"`
 	// BadHeartbeats counts rollout heartbeats that could not be decoded or validated (ignored).
 	BadHeartbeats int64 `json:"malformed_heartbeats"`
 	DeadLettered  int64 `json:"dead_lettered"`
@@ -572,6 +576,11 @@ func (b *Buffer) timeout(now time.Time, lastSeq func() (uint64, error), log zero
 		}
 	}
 	if b.cfg.ReplicaTimeout > 0 {
+		for _, id := range b.live.silenced(now, b.cfg.ReplicaTimeout) {
+			log.Warn().Str("rollout", id).Dur("silent_for", b.cfg.ReplicaTimeout).
+				Msg("rollout replica silent; its open groups wait for their group timeout or its return")
+			b.count(func(s *Stats) { s.Silences++ })
+		}
 		b.live.prune(now, 2*b.cfg.ReplicaTimeout, b.cfg.GroupTimeout+b.cfg.ReplicaTimeout)
 	}
 }
@@ -631,7 +640,9 @@ func (b *Buffer) heartbeat(m *nats.Msg, now time.Time, log zerolog.Logger) {
 		log.Warn().Err(err).Int("bytes", len(m.Data)).Msg("rollout heartbeat ignored")
 		return
 	}
-	b.live.beat(hb, now)
+	if silent, was := b.live.beat(hb, now); was {
+		log.Info().Str("rollout", hb.RolloutID).Dur("silent_for", silent.Round(time.Millisecond)).Msg("rollout replica heard again")
+	}
 }
 
 // liveness is what rollout heartbeats said: when each replica last beat, and when each group was last
@@ -640,18 +651,40 @@ type liveness struct {
 	mu     sync.Mutex
 	beats  map[string]time.Time // rollout replica id -> its last heartbeat
 	listed map[string]time.Time // group id -> the last heartbeat that listed it
+	quiet  map[string]bool      // replicas counted silent and not heard since
 }
 
-func (l *liveness) beat(hb proto.RolloutHeartbeat, now time.Time) {
+// beat records a heartbeat; when its replica had been counted silent, it says for how long it was.
+func (l *liveness) beat(hb proto.RolloutHeartbeat, now time.Time) (silent time.Duration, wasSilent bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.beats == nil {
-		l.beats, l.listed = map[string]time.Time{}, map[string]time.Time{}
+		l.beats, l.listed, l.quiet = map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}
+	}
+	if l.quiet[hb.RolloutID] {
+		delete(l.quiet, hb.RolloutID)
+		silent, wasSilent = now.Sub(l.beats[hb.RolloutID]), true
 	}
 	l.beats[hb.RolloutID] = now
 	for _, id := range hb.Groups {
 		l.listed[id] = now
 	}
+	return silent, wasSilent
+}
+
+// silenced returns the replicas that have gone without a heartbeat for longer than after since they were
+// last found silent (each once per silence).
+func (l *liveness) silenced(now time.Time, after time.Duration) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for id, t := range l.beats {
+		if now.Sub(t) > after && !l.quiet[id] {
+			l.quiet[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // lastListed is when replica rollout last listed group id in a heartbeat (the Unix epoch if it never did, or
@@ -677,6 +710,7 @@ func (l *liveness) prune(now time.Time, groups, replicas time.Duration) {
 	defer l.mu.Unlock()
 	maps.DeleteFunc(l.listed, func(_ string, t time.Time) bool { return now.Sub(t) > groups })
 	maps.DeleteFunc(l.beats, func(_ string, t time.Time) bool { return now.Sub(t) > replicas })
+	maps.DeleteFunc(l.quiet, func(id string, _ bool) bool { _, ok := l.beats[id]; return !ok })
 }
 
 // release publishes one batch when the ready groups hold at least BatchSize usable episodes (taking every

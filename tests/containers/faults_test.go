@@ -203,7 +203,7 @@ func TestMeshInContainers(t *testing.T) {
 		note := inject("stop NATS node "+node, 1)
 		before := m.version(ctx)
 		buf := m.statuses("replay-buffer", 1)
-		orphaned, late := sum(buf, "orphaned_groups"), sum(buf, "late")
+		orphaned, late, silences := sum(buf, "orphaned_groups"), sum(buf, "late"), sum(buf, "replica_silences")
 		m.stop(ctx, node, 10*time.Second)
 		down := time.Now()
 		after := m.waitVersion(ctx, before+5, 2*time.Minute, "training on two NATS nodes")
@@ -228,8 +228,8 @@ func TestMeshInContainers(t *testing.T) {
 		later := m.waitVersion(ctx, after+3, 2*time.Minute, "training after "+node+" rejoined")
 		buf = m.statuses("replay-buffer", 1)
 		note(fmt.Sprintf("%s down %v (meta leader was %s), v%d to v%d meanwhile; rejoined, every stream's replicas current; "+
-			"by v%d the replay-buffer released %v groups on a heartbeat and counted %v members late",
-			node, downFor, leader, before, after, later, sum(buf, "orphaned_groups")-orphaned, sum(buf, "late")-late))
+			"by v%d the replay-buffer released %v groups on a heartbeat, counted %v members late and heard no heartbeat from a rollout replica for over 10 s %v times",
+			node, downFor, leader, before, after, later, sum(buf, "orphaned_groups")-orphaned, sum(buf, "late")-late, sum(buf, "replica_silences")-silences))
 	})
 
 	// (e) cut the trainer off the network for 20 s, then reconnect it.
