@@ -198,11 +198,11 @@ type Buffer struct {
 	mu    sync.Mutex
 	stats Stats
 
-	episodes, dropped             *prometheus.CounterVec
-	batches                       prometheus.Counter
-	orphanedGroups, badHeartbeats prometheus.Counter
-	staleness                     prometheus.Histogram
-	pending                       prometheus.Gauge
+	episodes, dropped                       *prometheus.CounterVec
+	batches                                 prometheus.Counter
+	orphanedGroups, badHeartbeats, silences prometheus.Counter
+	staleness                               prometheus.Histogram
+	pending                                 prometheus.Gauge
 }
 
 // Stats are the buffer's counters.
@@ -250,9 +250,10 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	b.staleness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_replay_staleness_versions", Help: "Staleness of batched episodes at release, in versions.", Buckets: prometheus.LinearBuckets(0, 1, 10)})
 	b.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_replay_pending_groups", Help: "Groups held, complete or not."})
 	b.orphanedGroups = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_groups_orphaned_total", Help: "Groups released before their timeout because their rollout replica no longer plays them."})
+	b.silences = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_replica_silences_total", Help: "Times a rollout replica went without a heartbeat for longer than the replica timeout."})
 	b.badHeartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_heartbeats_malformed_total", Help: "Rollout heartbeats that could not be decoded or validated."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats} {
+		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("replay-buffer metrics: %w", err)
 			}
@@ -580,6 +581,7 @@ func (b *Buffer) timeout(now time.Time, lastSeq func() (uint64, error), log zero
 			log.Warn().Str("rollout", id).Dur("silent_for", b.cfg.ReplicaTimeout).
 				Msg("rollout replica silent; its open groups wait for their group timeout or its return")
 			b.count(func(s *Stats) { s.Silences++ })
+			b.silences.Inc()
 		}
 		b.live.prune(now, 2*b.cfg.ReplicaTimeout, b.cfg.GroupTimeout+b.cfg.ReplicaTimeout)
 	}
