@@ -174,10 +174,16 @@ type Buffer struct {
 	ready  []*group // complete (or timed out) groups in completion order
 	// live is what the rollout replicas' heartbeats said about the open groups.
 	live liveness
-	// read is the highest episodes stream sequence received; redeliveryUntil is when the episodes a previous
-	// buffer held unacked have all come back (they are redelivered within ackWait): no group is released
-	// on a heartbeat before then, since its members may be among them.
+	// read is the episodes stream sequence up to which every message has been received (from the
+	// consumer's ack floor at the start); above holds the sequences received past a gap, and gapSince is
+	// when the lowest gap opened. A delivery lost in flight (a NATS node stopped under it) leaves a gap
+	// that its redelivery fills within ackWait; a gap older than twice that is a message a previous buffer
+	// acked out of order, and is passed. redeliveryUntil is when the episodes a previous buffer held
+	// unacked have all come back: no group is released on a heartbeat before then, since its members may
+	// be among them.
 	read            uint64
+	above           map[uint64]struct{}
+	gapSince        time.Time
 	redeliveryUntil time.Time
 	// readyIDs indexes ready by group id, so that a member or marker of a group that is already ready
 	// (complete, or timed out) joins it or is counted late instead of opening a second group of that id.
@@ -351,6 +357,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 	}
 	defer sc.Stop()
 
+	b.read = cons.CachedInfo().AckFloor.Stream
 	if cons.CachedInfo().NumAckPending > 0 || starts.CachedInfo().NumAckPending > 0 {
 		b.redeliveryUntil = time.Now().Add(ackWait)
 	}
@@ -389,6 +396,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 		case <-newVersion:
 			backoff = queueRecheck
 		case now := <-tick.C:
+			b.checkGap(now, log)
 			b.timeout(now, lastSeq, log)
 			if now.Sub(lastKeep) >= ackWait/3 {
 				b.keepAlive()
@@ -412,7 +420,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 
 func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
 	if md, err := m.Metadata(); err == nil {
-		b.read = max(b.read, md.Sequence.Stream)
+		b.received(md.Sequence.Stream, time.Now())
 	}
 	var ep proto.Episode
 	err := codec.Unmarshal(m.Data(), &ep)
@@ -471,6 +479,71 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	if len(g.members) >= g.size {
 		b.makeReady(g)
 	}
+}
+
+// maxAbove bounds the sequences held past a gap; beyond it the gap is passed at once.
+const maxAbove = 1 << 20
+
+// received advances read over the episodes stream sequence seq.
+func (b *Buffer) received(seq uint64, now time.Time) {
+	switch {
+	case seq <= b.read:
+		return // a redelivery
+	case seq > b.read+1:
+		if b.above == nil {
+			b.above = map[uint64]struct{}{}
+		}
+		b.above[seq] = struct{}{}
+		if b.gapSince.IsZero() {
+			b.gapSince = now
+		}
+		if len(b.above) > maxAbove {
+			b.passGap(now)
+		}
+		return
+	}
+	b.read = seq
+	b.fill(now)
+}
+
+// fill moves read over the sequences held past it, and restarts the gap clock.
+func (b *Buffer) fill(now time.Time) {
+	for {
+		if _, ok := b.above[b.read+1]; !ok {
+			break
+		}
+		delete(b.above, b.read+1)
+		b.read++
+	}
+	b.gapSince = time.Time{}
+	if len(b.above) > 0 {
+		b.gapSince = now
+	}
+}
+
+// passGap gives up on the lowest gap: read moves to just below the lowest sequence held past it.
+func (b *Buffer) passGap(now time.Time) {
+	low := uint64(0)
+	for seq := range b.above {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	if low == 0 {
+		return
+	}
+	b.read = low - 1
+	b.fill(now)
+}
+
+// checkGap passes a gap that redelivery has not filled within twice ackWait.
+func (b *Buffer) checkGap(now time.Time, log zerolog.Logger) {
+	if len(b.above) == 0 || now.Sub(b.gapSince) <= 2*ackWait {
+		return
+	}
+	from := b.read
+	b.passGap(now)
+	log.Warn().Uint64("after", from).Uint64("read", b.read).Msg("episodes stream gap not redelivered; passed")
 }
 
 // makeReady moves a complete or timed-out group from the open groups to the ready list.
@@ -595,7 +668,8 @@ func (b *Buffer) timeout(now time.Time, lastSeq func() (uint64, error), log zero
 // in the last ReplicaTimeout/4 waits (for the group timeout, if the replica died for good). The buffer also
 // must have read the episodes stream as far as it reached once the replica had been beating without the
 // group for a while, and the replica must have gone on beating without it for ReplicaTimeout/4 since: every
-// member the replica published is stored by then, so a member still missing is not waiting to be read
+// member the replica published is stored by then, and every message up to the cutoff has reached the
+// buffer (not only the last: a delivery lost in flight comes back later), so a member still missing is not waiting to be read
 // behind others. A group of a replica never heard from, and any group while a previous buffer's episodes
 // are being redelivered, waits for the group timeout.
 func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error), log zerolog.Logger) bool {
