@@ -420,7 +420,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 
 func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
 	if md, err := m.Metadata(); err == nil {
-		b.received(md.Sequence.Stream, time.Now())
+		b.received(md.Sequence.Stream)
 	}
 	var ep proto.Episode
 	err := codec.Unmarshal(m.Data(), &ep)
@@ -484,29 +484,33 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 // maxAbove bounds the sequences held past a gap; beyond it the gap is passed at once.
 const maxAbove = 1 << 20
 
-// received advances read over the episodes stream sequence seq.
-func (b *Buffer) received(seq uint64, now time.Time) {
+// received advances read over the episodes stream sequence seq. In order, as nearly always, it reads no
+// clock.
+func (b *Buffer) received(seq uint64) {
 	switch {
 	case seq <= b.read:
 		return // a redelivery
-	case seq > b.read+1:
-		if b.above == nil {
-			b.above = map[uint64]struct{}{}
-		}
-		b.above[seq] = struct{}{}
-		if b.gapSince.IsZero() {
-			b.gapSince = now
-		}
-		if len(b.above) > maxAbove {
-			b.passGap(now)
-		}
+	case seq == b.read+1 && len(b.above) == 0:
+		b.read = seq
+		return
+	case seq == b.read+1:
+		b.read = seq
+		b.fill(time.Now())
 		return
 	}
-	b.read = seq
-	b.fill(now)
+	if b.above == nil {
+		b.above = map[uint64]struct{}{}
+	}
+	b.above[seq] = struct{}{}
+	if b.gapSince.IsZero() {
+		b.gapSince = time.Now()
+	}
+	if len(b.above) > maxAbove {
+		b.passGap(time.Now())
+	}
 }
 
-// fill moves read over the sequences held past it, and restarts the gap clock.
+// fill moves read over the sequences held past it, and restarts the gap clock at now if a gap is left.
 func (b *Buffer) fill(now time.Time) {
 	for {
 		if _, ok := b.above[b.read+1]; !ok {
@@ -669,9 +673,9 @@ func (b *Buffer) timeout(now time.Time, lastSeq func() (uint64, error), log zero
 // must have read the episodes stream as far as it reached once the replica had been beating without the
 // group for a while, and the replica must have gone on beating without it for ReplicaTimeout/4 since: every
 // member the replica published is stored by then, and every message up to the cutoff has reached the
-// buffer (not only the last: a delivery lost in flight comes back later), so a member still missing is not waiting to be read
-// behind others. A group of a replica never heard from, and any group while a previous buffer's episodes
-// are being redelivered, waits for the group timeout.
+// buffer (not only the last: a delivery lost in flight comes back later), so a member still missing is not
+// waiting to be read behind others. A group of a replica never heard from, and any group while a previous
+// buffer's episodes are being redelivered, waits for the group timeout.
 func (b *Buffer) orphaned(g *group, now time.Time, lastSeq func() (uint64, error), log zerolog.Logger) bool {
 	if b.cfg.ReplicaTimeout <= 0 || now.Before(b.redeliveryUntil) {
 		return false

@@ -63,6 +63,12 @@ type epRec struct {
 	why                      string // what the ledger knows of a lost episode
 }
 
+// batchRef is what the ledger keeps of the batch that released a group.
+type batchRef struct {
+	version int64     // the trainer's version at its release
+	at      time.Time // when it was stored
+}
+
 type trainRec struct {
 	id       string
 	episodes []string
@@ -75,8 +81,7 @@ type ledger struct {
 	groups      map[string][]*epRec
 	train       map[string]*trainRec
 	trainOrder  []string
-	batchVer    map[string]int64     // group id -> trainer version at the release of a batch holding it
-	batchAt     map[string]time.Time // group id -> when that batch was stored
+	batchOf     map[string]batchRef // group id -> the batch holding it
 	steps       []proto.TrainStep
 	deadLetters int
 	// replay-buffer consumer state at the end
@@ -144,7 +149,7 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 
 // readLedger reads the durable records of a drained mesh.
 func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
-	l := &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchVer: map[string]int64{}, batchAt: map[string]time.Time{}}
+	l := &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchOf: map[string]batchRef{}}
 	err := readStream(ctx, js, proto.StreamEpisodes, 0, func(seq uint64, at time.Time, data []byte) error {
 		var ep proto.Episode
 		if err := msgpack.Unmarshal(data, &ep); err != nil {
@@ -171,7 +176,7 @@ func readLedger(ctx context.Context, js jetstream.JetStream) (*ledger, error) {
 			return err
 		}
 		for _, ep := range b.Episodes {
-			l.batchVer[ep.GroupID], l.batchAt[ep.GroupID] = b.TrainerVersion, at
+			l.batchOf[ep.GroupID] = batchRef{b.TrainerVersion, at}
 		}
 		return nil
 	})
@@ -345,16 +350,15 @@ func (l *ledger) settleUnbatched(r *epRec) {
 			usable++
 		}
 	}
-	if v, released := l.batchVer[r.group]; released {
+	if batch, released := l.batchOf[r.group]; released {
 		// Its group went out in a batch without it: it was stale at release, or it came after its group
 		// had been released (a member slower than the group timeout).
-		if v-r.startVersion > eta {
+		if batch.version-r.startVersion > eta {
 			r.fate, r.staleAt = fateStale, "replay-buffer"
 		} else {
 			r.fate = fateLost
-			at := l.batchAt[r.group]
 			r.why = fmt.Sprintf(": finished %s, stored %s, its group's batch stored %s (%s after the episode)",
-				r.finishedAt.UTC().Format(stamp), r.at.UTC().Format(stamp), at.UTC().Format(stamp), at.Sub(r.at).Round(time.Millisecond))
+				r.finishedAt.UTC().Format(stamp), r.at.UTC().Format(stamp), batch.at.UTC().Format(stamp), batch.at.Sub(r.at).Round(time.Millisecond))
 		}
 		return
 	}

@@ -18,7 +18,7 @@ type fakeLedger struct {
 }
 
 func newFakeLedger() *fakeLedger {
-	return &fakeLedger{l: &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchVer: map[string]int64{}}}
+	return &fakeLedger{l: &ledger{eps: map[string]*epRec{}, groups: map[string][]*epRec{}, train: map[string]*trainRec{}, batchOf: map[string]batchRef{}}}
 }
 
 // group publishes n members of a group of size 8 admitted at version start; the first infra of them failed.
@@ -40,7 +40,7 @@ func (f *fakeLedger) batch(id string, v int64, ids ...string) {
 	f.l.train[id] = &trainRec{id: id, episodes: ids}
 	f.l.trainOrder = append(f.l.trainOrder, id)
 	for _, e := range ids {
-		f.l.batchVer[f.l.eps[e].group] = v
+		f.l.batchOf[f.l.eps[e].group] = batchRef{version: v, at: time.Now()}
 	}
 }
 
