@@ -8,7 +8,8 @@ import (
 )
 
 // Hand-written codecs of the env messages a step batch is made of (EnvStepRequest, EnvStepReply and their
-// ToolCalls), which every turn of every episode sends and receives. Like those of wire.go they write and
+// ToolCalls), which every turn of every episode sends and receives, and of the EnvStartReply (with its
+// Messages and Tools) each episode opens with. Like those of wire.go they write and
 // read exactly what the struct tags make the reflecting codec write and read; wire_test.go and the golden
 // fixtures hold them to it.
 
@@ -327,4 +328,106 @@ func decodeNil(d *msgpack.Decoder) (bool, error) {
 		return false, err
 	}
 	return true, d.DecodeNil()
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (m Message) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(2)
+	w.key("role").str(m.Role)
+	w.key("content").str(m.Content)
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (m *Message) DecodeMsgpack(d *msgpack.Decoder) error {
+	*m = Message{}
+	return decodeFields(d, "message", func(key string) (err error) {
+		switch key {
+		case "role":
+			m.Role, err = d.DecodeString()
+		case "content":
+			m.Content, err = d.DecodeString()
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (t Tool) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(3)
+	w.key("name").str(t.Name)
+	w.key("description").str(t.Description)
+	w.key("parameters").str(t.Parameters)
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (t *Tool) DecodeMsgpack(d *msgpack.Decoder) error {
+	*t = Tool{}
+	return decodeFields(d, "tool", func(key string) (err error) {
+		switch key {
+		case "name":
+			t.Name, err = d.DecodeString()
+		case "description":
+			t.Description, err = d.DecodeString()
+		case "parameters":
+			t.Parameters, err = d.DecodeString()
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder: a session's opening, one per episode in a start batch.
+func (r EnvStartReply) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := wireWriter{enc: enc}
+	w.mapLen(9)
+	w.key("schema").int(r.Schema)
+	w.key("session_id").str(r.SessionID)
+	w.key("host_id").str(r.HostID)
+	w.key("messages")
+	encodeList(&w, r.Messages, Message.EncodeMsgpack)
+	w.key("tools")
+	encodeList(&w, r.Tools, Tool.EncodeMsgpack)
+	w.key("admissible")
+	encodeList(&w, r.Admissible, ToolCall.EncodeMsgpack)
+	w.key("max_turns").int(r.MaxTurns)
+	w.key("instruction").str(r.Instruction)
+	w.key("observation").str(r.Observation)
+	return w.err
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (r *EnvStartReply) DecodeMsgpack(d *msgpack.Decoder) error {
+	*r = EnvStartReply{}
+	return decodeFields(d, "start reply", func(key string) (err error) {
+		switch key {
+		case "schema":
+			r.Schema, err = d.DecodeInt()
+		case "session_id":
+			r.SessionID, err = d.DecodeString()
+		case "host_id":
+			r.HostID, err = d.DecodeString()
+		case "messages":
+			r.Messages, err = decodeList(d, (*Message).DecodeMsgpack)
+		case "tools":
+			r.Tools, err = decodeList(d, (*Tool).DecodeMsgpack)
+		case "admissible":
+			r.Admissible, err = decodeToolCalls(d)
+		case "max_turns":
+			r.MaxTurns, err = d.DecodeInt()
+		case "instruction":
+			r.Instruction, err = d.DecodeString()
+		case "observation":
+			r.Observation, err = d.DecodeString()
+		default:
+			err = d.Skip()
+		}
+		return err
+	})
 }

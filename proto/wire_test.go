@@ -241,6 +241,19 @@ func TestEnvStepCodecsMatchTheReflectingCodec(t *testing.T) {
 	type plainReply proto.EnvStepReply
 	type plainStepBatch proto.EnvStepBatch
 	type plainResult proto.EnvBatchResult
+	type plainMessage proto.Message
+	type plainTool proto.Tool
+	type plainStart struct { // EnvStartReply's fields and tags, with the plain element types
+		Schema      int            `msgpack:"schema"`
+		SessionID   string         `msgpack:"session_id"`
+		HostID      string         `msgpack:"host_id"`
+		Messages    []plainMessage `msgpack:"messages"`
+		Tools       []plainTool    `msgpack:"tools"`
+		Admissible  []plainCall    `msgpack:"admissible"`
+		MaxTurns    int            `msgpack:"max_turns"`
+		Instruction string         `msgpack:"instruction"`
+		Observation string         `msgpack:"observation"`
+	}
 	type plainBatchReply struct {
 		Schema  int           `msgpack:"schema"`
 		Results []plainResult `msgpack:"results"`
@@ -262,6 +275,14 @@ func TestEnvStepCodecsMatchTheReflectingCodec(t *testing.T) {
 		decoded func() any
 	}{
 		{"tool call", call, plainCall(call), func() any { return &proto.ToolCall{} }},
+		{"message", proto.Message{Role: "user", Content: "find it"}, plainMessage{Role: "user", Content: "find it"}, func() any { return &proto.Message{} }},
+		{"tool", proto.Tool{Name: "execute_sql", Description: "runs a query", Parameters: `{"type":"object"}`},
+			plainTool{Name: "execute_sql", Description: "runs a query", Parameters: `{"type":"object"}`}, func() any { return &proto.Tool{} }},
+		{"start reply", *start, plainStart{Schema: start.Schema, SessionID: start.SessionID, HostID: start.HostID,
+			Messages: []plainMessage{plainMessage(start.Messages[0])}, Tools: []plainTool{plainTool(start.Tools[0])}, Admissible: []plainCall{plainCall(call)},
+			MaxTurns: start.MaxTurns, Instruction: start.Instruction, Observation: start.Observation}, func() any { return &proto.EnvStartReply{} }},
+		{"start reply without lists", proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "h1-10", Tools: []proto.Tool{}, Instruction: strings.Repeat("long goal ", 40)},
+			plainStart{Schema: proto.SchemaVersion, SessionID: "h1-10", Tools: []plainTool{}, Instruction: strings.Repeat("long goal ", 40)}, func() any { return &proto.EnvStartReply{} }},
 		{"step request", proto.EnvStepRequest{Schema: proto.SchemaVersion, SessionID: "h1-7", Call: call},
 			plainRequest{Schema: proto.SchemaVersion, SessionID: "h1-7", Call: call}, func() any { return &proto.EnvStepRequest{} }},
 		{"step reply", proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: "3 rows", Admissible: []proto.ToolCall{call, {Name: "commit_final_answer"}}, Reward: 0.5, Status: proto.StatusRunning, Turn: 300, Metrics: map[string]float64{"invalid_call": 1}},
@@ -323,6 +344,33 @@ func TestEnvStepReplyDecoderToleratesOtherProducers(t *testing.T) {
 	for _, bad := range [][]byte{{0x81, 0xa4, 't', 'u', 'r', 'n', 0xa1, 'x'}, {0x82, 0xaa}, {0x81, 0xaa, 'a', 'd', 'm', 'i', 's', 's', 'i', 'b', 'l', 'e', 0xdd, 0xff, 0xff, 0xff, 0xff}} {
 		if err := msgpack.Unmarshal(bad, &got); err == nil {
 			t.Fatalf("% x decoded without an error", bad)
+		}
+	}
+}
+
+// A start reply from another producer: keys in another order and of its own, nil lists; malformed input is
+// refused.
+func TestEnvStartReplyDecoderToleratesOtherProducers(t *testing.T) {
+	data, err := msgpack.Marshal(map[string]any{"observation": "ready", "tools": []any{map[string]any{"parameters": "{}", "name": "pick", "version": 2}},
+		"messages": nil, "later_field": map[string]int{"a": 1}, "max_turns": 4, "session_id": "h2-1", "schema": proto.SchemaVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got proto.EnvStartReply
+	if err := msgpack.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "h2-1", Tools: []proto.Tool{{Name: "pick", Parameters: "{}"}}, MaxTurns: 4, Observation: "ready"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	// Truncated, a tool that is not a map, a message count larger than the message, a string where the
+	// turn limit goes.
+	for _, bad := range [][]byte{data[:len(data)-4], {0x81, 0xa5, 't', 'o', 'o', 'l', 's', 0x91, 0x05},
+		{0x81, 0xa8, 'm', 'e', 's', 's', 'a', 'g', 'e', 's', 0xdd, 0x00, 0xff, 0xff, 0xff}, {0x81, 0xa9, 'm', 'a', 'x', '_', 't', 'u', 'r', 'n', 's', 0xa1, 'x'}} {
+		var r proto.EnvStartReply
+		if err := msgpack.Unmarshal(bad, &r); err == nil {
+			t.Errorf("% x: no error", bad)
 		}
 	}
 }
