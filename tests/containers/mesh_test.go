@@ -215,7 +215,7 @@ func startMesh(t *testing.T, ctx context.Context, envHosts, rollouts int) *mesh 
 	restart := testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 		hc.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}
 	})
-	run := func(service, alias string, extra map[string]string) {
+	run := func(service, alias string, extra map[string]string, opts ...testcontainers.ContainerCustomizer) {
 		env := map[string]string{}
 		for k, v := range common {
 			env[k] = v
@@ -223,7 +223,7 @@ func startMesh(t *testing.T, ctx context.Context, envHosts, rollouts int) *mesh 
 		for k, v := range extra {
 			env[k] = v
 		}
-		m.start(ctx, "jetrl/"+service+":"+tag(), alias, testcontainers.WithEnv(env), restart)
+		m.start(ctx, "jetrl/"+service+":"+tag(), alias, append([]testcontainers.ContainerCustomizer{testcontainers.WithEnv(env), restart}, opts...)...)
 	}
 	run("trainer", "trainer", nil)
 	run("advantage-normalizer", "advantage-normalizer", nil)
@@ -237,7 +237,14 @@ func startMesh(t *testing.T, ctx context.Context, envHosts, rollouts int) *mesh 
 	}
 	for i := 1; i <= rollouts; i++ {
 		id := fmt.Sprintf("rollout-%d", i)
-		run("rollout", id, map[string]string{"JETRL_ROLLOUT_ID": id})
+		// The first replica is given its id; the others take it, as docker-compose's replicas do, from
+		// their container's hostname (here set to the alias, so the test can name them), which a replica
+		// killed and started again keeps.
+		extra := map[string]string{}
+		if i == 1 {
+			extra["JETRL_ROLLOUT_ID"] = id
+		}
+		run("rollout", id, extra, testcontainers.WithConfigModifier(func(c *container.Config) { c.Hostname = id }))
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/config"
@@ -10,7 +11,7 @@ import (
 
 type cli struct {
 	config.Common
-	ID          string             `name:"id" env:"JETRL_ROLLOUT_ID" help:"Replica id (default: random)."`
+	ID          string             `name:"id" env:"JETRL_ROLLOUT_ID" help:"Replica id, unique among the live replicas (default: the container's hostname when this process is its container's first, pid 1, so a replica restarted in its container keeps its id; otherwise random)."`
 	Tasks       []string           `name:"tasks" env:"JETRL_TASKS" default:"alfworld" help:"Task families to train on."`
 	TaskWeights map[string]float64 `name:"task-weights" env:"JETRL_TASK_WEIGHTS" mapsep:"," help:"Share of groups per task, e.g. alfworld=2,os=2 (default 1 each)."`
 	GroupSize   int                `name:"group-size" env:"JETRL_GROUP_SIZE" default:"8" help:"GRPO group size G."`
@@ -28,13 +29,41 @@ type cli struct {
 func main() {
 	var c cli
 	config.Main("rollout", "jetrl rollout replica: plays episodes and publishes them.", &c, func(ctx context.Context, p config.Process) error {
-		r, err := rollout.New(rollout.Config{ID: c.ID, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
+		id := c.ID
+		if id == "" {
+			id = containerID(os.Getpid(), os.Hostname)
+		}
+		r, err := rollout.New(rollout.Config{ID: id, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 			Concurrency: c.Concurrency, StaleProb: c.StaleProb, StaleEvery: c.StaleEvery, Seed: c.Seed,
 			AdaptiveTasks: c.Adaptive, CheckpointObject: c.Checkpoint, CheckpointProb: c.CheckpointP},
 			rollout.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
 		}
+		source := "given"
+		switch {
+		case c.ID == "" && id != "":
+			source = "container hostname"
+		case c.ID == "":
+			source = "random"
+		}
+		p.Log.Info().Str("rollout", r.Status().ID).Str("id_from", source).Msg("rollout replica id")
 		return r.Run(ctx)
 	})
+}
+
+// containerID is the replica id a process takes when none is given: its hostname when it is the first
+// process of its container (pid 1), where the hostname is the container's own and outlives a restart of the
+// process (docker's restart policy, a pod's container restart), so the replay-buffer sees the replica come
+// back under the same id without the groups it was playing and releases them after the replica timeout,
+// not the group timeout. Elsewhere, where several replicas may share a host name, it is "" (random).
+func containerID(pid int, hostname func() (string, error)) string {
+	if pid != 1 {
+		return ""
+	}
+	h, err := hostname()
+	if err != nil || h == "" || h == "localhost" {
+		return ""
+	}
+	return h
 }
