@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -16,9 +17,28 @@ import (
 )
 
 type statusCmd struct {
-	NATS string        `name:"nats" required:"" env:"JETRL_NATS_URL" help:"NATS server URL of a running mesh."`
-	Wait time.Duration `name:"wait" default:"500ms" help:"How long to gather answers."`
-	JSON bool          `name:"json" help:"Print one JSON object per service replica."`
+	NATS  string        `name:"nats" required:"" env:"JETRL_NATS_URL" help:"NATS server URL of a running mesh."`
+	Wait  time.Duration `name:"wait" default:"500ms" help:"How long to gather answers."`
+	JSON  bool          `name:"json" help:"Print one JSON object per service replica (with --watch, one per sample)."`
+	Watch time.Duration `name:"watch" help:"Instead of every counter once, a line per replica (env hosts too) every this long, with rates since the previous sample and each stage's stream backlog, until interrupted (e.g. 2s)."`
+	Count int           `name:"count" default:"0" help:"With --watch, stop after this many samples (0: until interrupted)."`
+}
+
+// Validate checks the flags.
+func (c *statusCmd) Validate() error {
+	switch {
+	case c.Wait <= 0:
+		return fmt.Errorf("--wait %v must be positive", c.Wait)
+	case c.Watch < 0:
+		return fmt.Errorf("--watch %v must not be negative", c.Watch)
+	case c.Watch > 0 && c.Watch <= c.Wait:
+		return fmt.Errorf("--watch %v must be longer than --wait %v (each sample waits that long for answers)", c.Watch, c.Wait)
+	case c.Count < 0:
+		return fmt.Errorf("--count %d must not be negative", c.Count)
+	case c.Count > 0 && c.Watch == 0:
+		return errors.New("--count needs --watch")
+	}
+	return nil
 }
 
 // statusServices are the services that answer on proto.SubjectStatus.
@@ -35,6 +55,13 @@ func (c *statusCmd) Run(g *globals) error {
 		return err
 	}
 	defer nc.Close()
+	if c.Watch > 0 {
+		js, err := bus.JetStream(nc)
+		if err != nil {
+			return err
+		}
+		return c.watch(ctx, nc, js, os.Stdout)
+	}
 	if settings, err := runSettings(ctx, nc); err == nil {
 		if c.JSON {
 			fmt.Printf("{\"run\": %s}\n", bytes.TrimSpace(settings))
@@ -77,29 +104,20 @@ func (c *statusCmd) Run(g *globals) error {
 	return nil
 }
 
-// gather sends one request and collects every reply that arrives within wait.
+// gather sends one request and collects every JSON reply that arrives within wait.
 func gather(nc *nats.Conn, subject string, wait time.Duration) ([]map[string]any, error) {
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	raw, err := gatherRaw(nc, wait, subject)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, err
-	}
 	var out []map[string]any
-	deadline := time.Now().Add(wait)
-	for {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			return out, nil // the wait is over
-		}
+	for _, b := range raw {
 		var r map[string]any
-		if json.Unmarshal(msg.Data, &r) == nil {
+		if json.Unmarshal(b, &r) == nil {
 			out = append(out, r)
 		}
 	}
+	return out, nil
 }
 
 // runSettings reads the settings of the run in force from KV.
