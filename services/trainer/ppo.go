@@ -162,10 +162,33 @@ type StepStats struct {
 	Turns        int
 }
 
+// proximal holds each turn's log-probability under the trainer's policy before this batch: the proximal
+// policy of the decoupled and truncated corrections. The batch's first epoch fills it from its own forward
+// passes (the weights have not moved yet, so each turn's current log-probability is its proximal one)
+// rather than from a pass of its own over the batch; the later epochs read it.
+type proximal struct {
+	logp   [][]float64
+	filled bool
+}
+
+// newProximal makes room for the proximal log-probabilities of eps, or returns nil when the objective does
+// not use them (no correction).
+func (o Objective) newProximal(eps []proto.TrainEpisode) *proximal {
+	if o.Correction != CorrectionDecoupled && o.Correction != CorrectionTruncated {
+		return nil
+	}
+	p := &proximal{logp: make([][]float64, len(eps))}
+	for i := range eps {
+		p.logp[i] = make([]float64, len(eps[i].Episode.Turns))
+	}
+	return p
+}
+
 // accumulate adds the gradient of the token-mean loss −(1/T)·Σ obj (− entropy bonus) over the batch's turns
-// into grad and returns the loss. prox holds each turn's log-probability under the trainer's policy before
-// this batch (as ProxLogProbs returns); ref is the frozen reference (nil when KLCoef is 0).
-func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, prox [][]float64, grad []float64) (StepStats, error) {
+// into grad and returns the loss. prox is the batch's proximal log-probabilities (nil when the objective
+// does not use them); while it is not filled yet, m must be the policy before this batch, and this pass
+// fills it. ref is the frozen reference (nil when KLCoef is 0).
+func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, prox *proximal, grad []float64) (StepStats, error) {
 	var st StepStats
 	for i := range eps {
 		st.Turns += len(eps[i].Episode.Turns)
@@ -197,8 +220,15 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 			var obj float64
 			var wasClipped bool
 			logp, h := m.AccumulateTurn(inputs[t], turn.Chosen, func(logp float64) float64 {
+				var px float64
+				if prox != nil {
+					if !prox.filled {
+						prox.logp[i][t] = logp
+					}
+					px = prox.logp[i][t]
+				}
 				var d float64
-				obj, d, wasClipped = o.TurnLoss(logp, turn.LogProb, prox[i][t], logpRef, adv)
+				obj, d, wasClipped = o.TurnLoss(logp, turn.LogProb, px, logpRef, adv)
 				return -d * scale
 			}, -coef*scale, grad)
 			if math.IsNaN(logp) {
@@ -214,18 +244,8 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 		}
 	}
 	st.ClipFraction = float64(clipped) / float64(st.Turns)
-	return st, nil
-}
-
-// ProxLogProbs returns each turn's log-probability under m (the proximal policy of the decoupled objective).
-func ProxLogProbs(m *policy.Model, eps []proto.TrainEpisode) [][]float64 {
-	out := make([][]float64, len(eps))
-	for i := range eps {
-		inputs := policy.InputsFromEpisode(&eps[i].Episode)
-		out[i] = make([]float64, len(inputs))
-		for t, in := range inputs {
-			out[i][t] = m.LogProb(in, eps[i].Episode.Turns[t].Chosen)
-		}
+	if prox != nil {
+		prox.filled = true
 	}
-	return out
+	return st, nil
 }

@@ -99,7 +99,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 	}
 	for _, o := range []Objective{{Clip: 0.2, DualClip: 3}, {Clip: 0.2, DualClip: 3, EntropyCoef: 0.05}} {
 		grad := make([]float64, m.NumParams())
-		st, err := o.accumulate(m, nil, eps, ProxLogProbs(m, eps), grad)
+		st, err := o.accumulate(m, nil, eps, nil, grad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 			t.Fatal("zero gradient")
 		}
 		loss := func() float64 {
-			st, err := o.accumulate(m, nil, eps, ProxLogProbs(m, eps), make([]float64, m.NumParams()))
+			st, err := o.accumulate(m, nil, eps, nil, make([]float64, m.NumParams()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,8 +158,82 @@ func TestAccumulateRefusesBadAdvantages(t *testing.T) {
 		given    proto.TrainEpisode
 		expected error
 	}{{nan, proto.ErrBadNumber}, {short, proto.ErrMalformed}, {inf, proto.ErrBadNumber}} {
-		if _, err := o.accumulate(m, nil, []proto.TrainEpisode{tc.given}, ProxLogProbs(m, []proto.TrainEpisode{tc.given}), make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
+		if _, err := o.accumulate(m, nil, []proto.TrainEpisode{tc.given}, nil, make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
 			t.Errorf("episode %s: error %v, want %v", tc.given.Episode.ID, err, tc.expected)
+		}
+	}
+}
+
+// proxLogProbs is each turn's log-probability under m from a forward pass of its own: what the batch's
+// first epoch fills the proximal log-probabilities with.
+func proxLogProbs(m *policy.Model, eps []proto.TrainEpisode) [][]float64 {
+	out := make([][]float64, len(eps))
+	for i := range eps {
+		inputs := policy.InputsFromEpisode(&eps[i].Episode)
+		out[i] = make([]float64, len(inputs))
+		for t, in := range inputs {
+			out[i][t] = m.LogProb(in, eps[i].Episode.Turns[t].Chosen)
+		}
+	}
+	return out
+}
+
+// The corrections' proximal policy is the trainer's before the batch: the first epoch takes it from its own
+// forward passes, giving the gradient that separately computed log-probabilities give, and the second
+// epoch, after the weights moved, reads what the first stored rather than the moved policy's values. No
+// correction needs none.
+func TestFirstEpochFillsTheProximalPolicy(t *testing.T) {
+	cfg := policy.Config{Bits: 10, Seed: 5}
+	cfg.SetDefaults()
+	m, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behaviour := m.Clone()
+	for i := range behaviour.Weights {
+		behaviour.Weights[i] *= 0.5 // the episodes were played by an older policy: importance weights differ from 1
+	}
+	eps := []proto.TrainEpisode{trainEpisode(behaviour, "a", []int{0, 3, 1}, 1.3), trainEpisode(behaviour, "b", []int{2, 2}, -0.8)}
+	if (Objective{Clip: 0.2}).newProximal(eps) != nil {
+		t.Fatal("no correction: proximal log-probabilities made")
+	}
+	for _, o := range []Objective{{Clip: 0.2, DualClip: 3, Correction: CorrectionDecoupled}, {Clip: 0.2, Correction: CorrectionTruncated, ISCap: 1.5}} {
+		want := proxLogProbs(m, eps)
+		given := o.newProximal(eps)
+		gotGrad, wantGrad := make([]float64, m.NumParams()), make([]float64, m.NumParams())
+		gotSt, err := o.accumulate(m, nil, eps, given, gotGrad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSt, err := o.accumulate(m, nil, eps, &proximal{logp: want, filled: true}, wantGrad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !given.filled || math.Abs(gotSt.Loss-wantSt.Loss) > 1e-12 {
+			t.Fatalf("%s: filled %v, loss %v, want %v", o.Correction, given.filled, gotSt.Loss, wantSt.Loss)
+		}
+		for i := range want {
+			for k := range want[i] {
+				if math.Abs(given.logp[i][k]-want[i][k]) > 1e-12 {
+					t.Fatalf("%s: episode %d turn %d proximal %v, a pass of its own gives %v", o.Correction, i, k, given.logp[i][k], want[i][k])
+				}
+			}
+		}
+		for k := range gotGrad {
+			if math.Abs(gotGrad[k]-wantGrad[k]) > 1e-12 {
+				t.Fatalf("%s: gradient %d = %v, want %v", o.Correction, k, gotGrad[k], wantGrad[k])
+			}
+		}
+		// The weights move; the second epoch keeps the proximal policy of before.
+		for k := range m.Weights {
+			m.Weights[k] -= float32(0.5 * gotGrad[k])
+		}
+		if _, err := o.accumulate(m, nil, eps, given, make([]float64, m.NumParams())); err != nil {
+			t.Fatal(err)
+		}
+		moved := proxLogProbs(m, eps)
+		if given.logp[0][0] != want[0][0] || moved[0][0] == want[0][0] {
+			t.Fatalf("%s: after the weights moved, proximal %v (before %v, the moved policy %v)", o.Correction, given.logp[0][0], want[0][0], moved[0][0])
 		}
 	}
 }

@@ -547,7 +547,7 @@ func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, dups
 // update runs the configured epochs of full-batch PPO updates.
 func (t *Trainer) update(eps []proto.TrainEpisode) (StepStats, error) {
 	var first StepStats
-	prox := ProxLogProbs(t.model, eps) // the policy before this batch: the decoupled objective's proximal policy
+	prox := t.cfg.Loss.newProximal(eps) // filled by the first epoch, before the weights move
 	for e := 0; e < t.cfg.Epochs; e++ {
 		clear(t.grad)
 		ss, err := t.cfg.Loss.accumulate(t.model, t.ref, eps, prox, t.grad)
