@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -62,19 +64,29 @@ func (c *statusCmd) Run(g *globals) error {
 		}
 		return c.watch(ctx, nc, js, os.Stdout)
 	}
+	return c.once(ctx, nc, os.Stdout)
+}
+
+// once prints the run's settings and every replica's counters, asked once.
+func (c *statusCmd) once(ctx context.Context, nc *nats.Conn, out io.Writer) error {
 	if settings, err := runSettings(ctx, nc); err == nil {
 		if c.JSON {
-			fmt.Printf("{\"run\": %s}\n", bytes.TrimSpace(settings))
+			fmt.Fprintf(out, "{\"run\": %s}\n", bytes.TrimSpace(settings))
 		} else {
-			fmt.Printf("run settings (KV %s/%s):\n%s\n", proto.BucketRun, proto.KeyRunConfig, settings)
+			fmt.Fprintf(out, "run settings (KV %s/%s):\n%s\n", proto.BucketRun, proto.KeyRunConfig, settings)
 		}
+	}
+	subjects := make([]string, len(statusServices))
+	for i, svc := range statusServices {
+		subjects[i] = proto.SubjectStatus(svc)
+	}
+	all, err := gather(nc, c.Wait, subjects...) // asked at once: the services' counters are of one moment
+	if err != nil {
+		return err
 	}
 	var replies []map[string]any
 	for _, svc := range statusServices {
-		got, err := gather(nc, proto.SubjectStatus(svc), c.Wait)
-		if err != nil {
-			return err
-		}
+		got := slices.DeleteFunc(slices.Clone(all), func(r map[string]any) bool { return r["service"] != svc })
 		if len(got) == 0 {
 			replies = append(replies, map[string]any{"service": svc, "status": "no replica answered"})
 		}
@@ -83,13 +95,13 @@ func (c *statusCmd) Run(g *globals) error {
 	for _, r := range replies {
 		if c.JSON {
 			b, _ := json.Marshal(r)
-			fmt.Println(string(b))
+			fmt.Fprintln(out, string(b))
 			continue
 		}
-		fmt.Printf("%s %v\n", r["service"], r["id"])
+		fmt.Fprintf(out, "%s %v\n", r["service"], r["id"])
 		st, ok := r["status"].(map[string]any)
 		if !ok {
-			fmt.Printf("  %v\n", r["status"])
+			fmt.Fprintf(out, "  %v\n", r["status"])
 			continue
 		}
 		keys := make([]string, 0, len(st))
@@ -98,15 +110,15 @@ func (c *statusCmd) Run(g *globals) error {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Printf("  %-28s %v\n", k, st[k])
+			fmt.Fprintf(out, "  %-28s %v\n", k, st[k])
 		}
 	}
 	return nil
 }
 
-// gather sends one request and collects every JSON reply that arrives within wait.
-func gather(nc *nats.Conn, subject string, wait time.Duration) ([]map[string]any, error) {
-	raw, err := gatherRaw(nc, wait, subject)
+// gather sends one request to each subject and collects every JSON reply that arrives within wait.
+func gather(nc *nats.Conn, wait time.Duration, subjects ...string) ([]map[string]any, error) {
+	raw, err := gatherRaw(nc, wait, subjects...)
 	if err != nil {
 		return nil, err
 	}

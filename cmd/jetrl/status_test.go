@@ -112,6 +112,40 @@ func TestStatusWatchShowsRatesAndBacklog(t *testing.T) {
 		}
 	}
 
+	// Without --watch: every replica of the four status services with its counters, all asked at once;
+	// with --json one object per replica.
+	var once bytes.Buffer
+	if err := (&statusCmd{Wait: 300 * time.Millisecond}).once(ctx, nc, &once); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rollout ", "replay-buffer ", "advantage-normalizer ", "trainer ", "episodes_published", "batches_released", "policy_version"} {
+		if !strings.Contains(once.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, once.String())
+		}
+	}
+	if strings.Contains(once.String(), "no replica answered") {
+		t.Errorf("a service did not answer:\n%s", once.String())
+	}
+	once.Reset()
+	if err := (&statusCmd{Wait: 300 * time.Millisecond, JSON: true}).once(ctx, nc, &once); err != nil {
+		t.Fatal(err)
+	}
+	services := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(once.String()), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if svc, ok := r["service"].(string); ok {
+			services[svc]++
+		}
+	}
+	for _, svc := range statusServices {
+		if services[svc] != 1 {
+			t.Errorf("%d JSON lines of %s, want 1:\n%s", services[svc], svc, once.String())
+		}
+	}
+
 	// The table: a header with the sample's time, a line per replica with its rates, the backlog line.
 	var table bytes.Buffer
 	c.JSON, c.Count = false, 2
