@@ -17,14 +17,21 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// statusSample is one look at a running mesh: every replica's counters, every env host's micro stats and
-// the backlog of each durable stage's consumer.
+// statusSample is one look at a running mesh: the numeric counters of every replica (env hosts first,
+// from their micro stats, then the services in pipeline order) and the backlog of each stage's consumer.
 type statusSample struct {
 	At       time.Time
-	Replicas []map[string]any
-	EnvHosts []micro.Stats
+	Replicas []replicaValues
 	Backlog  []stageBacklog
 }
+
+// replicaValues is one replica's numeric counters.
+type replicaValues struct {
+	service, id string
+	values      map[string]float64
+}
+
+func (r replicaValues) key() string { return r.service + "/" + r.id }
 
 // stageBacklog is what waits on one stage's durable consumer: messages not yet delivered, and delivered and
 // not yet acknowledged (the replay-buffer holds a group's episodes unacked until the group is batched).
@@ -60,28 +67,46 @@ func sampleStatus(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, wa
 	if err != nil {
 		return nil, err
 	}
+	var hosts, services []replicaValues
 	for _, b := range replies {
-		var probe struct {
-			Type    string `json:"type"`
-			Service string `json:"service"`
+		var r struct {
+			Type      string                 `json:"type"` // micro.StatsResponseType from an env host
+			Name      string                 `json:"name"`
+			Metadata  map[string]string      `json:"metadata"`
+			Endpoints []*micro.EndpointStats `json:"endpoints"`
+			Service   string                 `json:"service"` // a service's status reply
+			ID        any                    `json:"id"`
+			Status    map[string]any         `json:"status"`
 		}
-		if json.Unmarshal(b, &probe) != nil {
+		if json.Unmarshal(b, &r) != nil {
 			continue
 		}
+		v := map[string]float64{}
 		switch {
-		case probe.Type == micro.StatsResponseType:
-			var st micro.Stats
-			if json.Unmarshal(b, &st) == nil && st.Name == proto.EnvService {
-				s.EnvHosts = append(s.EnvHosts, st)
+		case r.Type == micro.StatsResponseType && r.Name == proto.EnvService:
+			for _, ep := range r.Endpoints {
+				v["requests"] += float64(ep.NumRequests)
+				v["errors"] += float64(ep.NumErrors)
 			}
-		case probe.Service != "":
-			var r map[string]any
-			if json.Unmarshal(b, &r) == nil {
-				s.Replicas = append(s.Replicas, r)
+			id := r.Metadata["host_id"]
+			if id == "" {
+				id = fmt.Sprint(r.ID) // the micro instance id
 			}
+			hosts = append(hosts, replicaValues{service: "env", id: id, values: v})
+		case slices.Contains(statusServices, r.Service):
+			for k, x := range r.Status {
+				if f, ok := x.(float64); ok {
+					v[k] = f
+				}
+			}
+			services = append(services, replicaValues{service: r.Service, id: fmt.Sprint(r.ID), values: v})
 		}
 	}
-	slices.SortFunc(s.EnvHosts, func(a, b micro.Stats) int { return strings.Compare(envHostName(a), envHostName(b)) })
+	slices.SortFunc(hosts, func(a, b replicaValues) int { return strings.Compare(a.id, b.id) })
+	slices.SortStableFunc(services, func(a, b replicaValues) int {
+		return slices.Index(statusServices, a.service) - slices.Index(statusServices, b.service)
+	})
+	s.Replicas = append(hosts, services...)
 	for _, st := range backlogStages {
 		b := stageBacklog{Stream: st.stream, Consumer: st.consumer}
 		cctx, cancel := context.WithTimeout(ctx, wait+time.Second)
@@ -99,14 +124,6 @@ func sampleStatus(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, wa
 		s.Backlog = append(s.Backlog, b)
 	}
 	return s, nil
-}
-
-// envHostName is an env host's id from its micro metadata (its micro instance id if it gave none).
-func envHostName(st micro.Stats) string {
-	if h := st.Metadata["host_id"]; h != "" {
-		return h
-	}
-	return st.ID
 }
 
 // statusRow is one replica's line in the watch view.
@@ -140,14 +157,14 @@ var watchDetail = map[string][]string{
 func rowsOf(prev, cur *statusSample) []statusRow {
 	before := map[string]map[string]float64{}
 	if prev != nil {
-		for _, r := range replicaCounters(prev) {
+		for _, r := range prev.Replicas {
 			before[r.key()] = r.values
 		}
 	}
 	var rows []statusRow
-	for _, r := range replicaCounters(cur) {
+	for _, r := range cur.Replicas {
 		row := statusRow{Service: r.service, ID: r.id, Detail: map[string]any{}}
-		if old, ok := before[r.key()]; ok && prev != nil {
+		if old, ok := before[r.key()]; ok {
 			secs := cur.At.Sub(prev.At).Seconds()
 			row.Rates = map[string]float64{}
 			for _, k := range watchRates[r.service] {
@@ -164,43 +181,6 @@ func rowsOf(prev, cur *statusSample) []statusRow {
 		rows = append(rows, row)
 	}
 	return rows
-}
-
-type replicaValues struct {
-	service, id string
-	values      map[string]float64
-}
-
-func (r replicaValues) key() string { return r.service + "/" + r.id }
-
-// replicaCounters reads the numeric counters of every replica of a sample, env hosts' micro stats summed
-// over their endpoints, in pipeline order.
-func replicaCounters(s *statusSample) []replicaValues {
-	var out []replicaValues
-	for _, h := range s.EnvHosts {
-		v := map[string]float64{}
-		for _, ep := range h.Endpoints {
-			v["requests"] += float64(ep.NumRequests)
-			v["errors"] += float64(ep.NumErrors)
-		}
-		out = append(out, replicaValues{service: "env", id: envHostName(h), values: v})
-	}
-	for _, svc := range statusServices {
-		for _, r := range s.Replicas {
-			if r["service"] != svc {
-				continue
-			}
-			st, _ := r["status"].(map[string]any)
-			v := map[string]float64{}
-			for k, x := range st {
-				if f, ok := x.(float64); ok {
-					v[k] = f
-				}
-			}
-			out = append(out, replicaValues{service: svc, id: fmt.Sprint(r["id"]), values: v})
-		}
-	}
-	return out
 }
 
 // rateUnits names the rates in the table.

@@ -29,9 +29,11 @@ type cli struct {
 func main() {
 	var c cli
 	config.Main("rollout", "jetrl rollout replica: plays episodes and publishes them.", &c, func(ctx context.Context, p config.Process) error {
-		id := c.ID
+		id, from := c.ID, "given"
 		if id == "" {
-			id = containerID(os.Getpid(), os.Hostname)
+			if id, from = containerID(os.Getpid(), os.Hostname), "container hostname"; id == "" {
+				from = "random"
+			}
 		}
 		r, err := rollout.New(rollout.Config{ID: id, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 			Concurrency: c.Concurrency, StaleProb: c.StaleProb, StaleEvery: c.StaleEvery, Seed: c.Seed,
@@ -40,14 +42,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		source := "given"
-		switch {
-		case c.ID == "" && id != "":
-			source = "container hostname"
-		case c.ID == "":
-			source = "random"
-		}
-		p.Log.Info().Str("rollout", r.Status().ID).Str("id_from", source).Msg("rollout replica id")
+		p.Log.Info().Str("rollout", r.Status().ID).Str("id_from", from).Msg("rollout replica id")
 		return r.Run(ctx)
 	})
 }
