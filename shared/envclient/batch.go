@@ -293,6 +293,17 @@ func (r *replies) onReply(m *nats.Msg) {
 		r.finish(sb, callResult{err: fmt.Errorf("batch reply from %s: %w", sb.b.subject, err)})
 		return
 	}
+	// Every session of the reply that will call again is expected before any caller has its result: a
+	// caller woken first leads the next batch at once, and must wait for the rest of its reply too.
+	for _, res := range rep.Results {
+		switch {
+		case res.Error != "":
+		case sb.b.starts && res.Start != nil:
+			sb.b.c.stepBatcher(res.Start.HostID).expectCall(res.Start.SessionID)
+		case !sb.b.starts && res.Step != nil && !res.Step.Done && res.Index >= 0 && res.Index < len(sb.calls):
+			sb.b.expectCall(sb.calls[res.Index].step.SessionID)
+		}
+	}
 	for _, res := range rep.Results {
 		switch {
 		case res.Error != "":
@@ -302,12 +313,6 @@ func (r *replies) onReply(m *nats.Msg) {
 			r.malformed.Add(1)
 			r.deliver(sb, res.Index, callResult{err: fmt.Errorf("%w: batch result %d from %s has no reply", proto.ErrMalformed, res.Index, sb.b.subject)})
 		default:
-			switch {
-			case sb.b.starts:
-				sb.b.c.stepBatcher(res.Start.HostID).expectCall(res.Start.SessionID)
-			case !res.Step.Done && res.Index >= 0 && res.Index < len(sb.calls):
-				sb.b.expectCall(sb.calls[res.Index].step.SessionID)
-			}
 			r.deliver(sb, res.Index, callResult{res: res})
 		}
 	}
