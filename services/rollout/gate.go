@@ -63,7 +63,10 @@ func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 			if g.consumed != nil {
 				consumed = g.consumed()
 			}
-			ok, err := g.counter.TryClaim(ctx, n, g.Limit(v, consumed))
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			ok, err := g.claim(ctx, n, g.Limit(v, consumed))
 			if err != nil {
 				return 0, err
 			}
@@ -84,4 +87,17 @@ func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 		}
 		backoff = min(2*backoff, 20*time.Millisecond)
 	}
+}
+
+// claimTimeout bounds a claim once it has begun.
+const claimTimeout = 10 * time.Second
+
+// claim runs the counter's compare-and-set without ctx's cancellation: a write the server applied while
+// the caller was told the context ended would admit episodes that are never played, published or
+// refunded, and hold their room for good. Once begun, a claim finishes (or fails on its own timeout), and
+// the caller plays what it was admitted.
+func (g *StalenessGate) claim(ctx context.Context, n, limit int64) (bool, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	return g.counter.TryClaim(cctx, n, limit)
 }

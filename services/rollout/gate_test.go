@@ -212,3 +212,47 @@ func TestRacingGatesNeverOvershoot(t *testing.T) {
 		t.Fatalf("counter started %d, want 64", a.Started)
 	}
 }
+
+// A stopped caller claims nothing, and a stop that lands while claims are in flight never leaves one
+// recorded on the counter but reported to its caller as failed: every admitted episode is one the caller
+// knows to play.
+func TestGateClaimsNothingOnceStopped(t *testing.T) {
+	m := newMesh(t)
+	g := rollout.NewStalenessGate(m.counter(t), 8, 2, func() int64 { return 1 << 20 })
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := g.Admit(stopped, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Admit after stop: %v, want context.Canceled", err)
+	}
+	if a := m.admitted(t); a.Started != 0 {
+		t.Fatalf("started %d after stop", a.Started)
+	}
+
+	var told atomic.Int64
+	for round := 0; round < 20; round++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					if _, err := g.Admit(ctx, 1); err != nil {
+						return
+					}
+					told.Add(1)
+				}
+			}()
+		}
+		time.Sleep(time.Duration(1+round%5) * time.Millisecond)
+		cancel()
+		wg.Wait()
+	}
+	a := m.admitted(t)
+	if a.Started == 0 {
+		t.Fatal("nothing was admitted before the stops")
+	}
+	if a.Started != told.Load() {
+		t.Fatalf("counter records %d started, callers were told of %d", a.Started, told.Load())
+	}
+}
