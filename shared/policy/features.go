@@ -136,6 +136,17 @@ type features struct {
 	stateScale float64 // 1/sqrt(nState)
 	tok        []uint64
 	spans      []span
+
+	// Candidates share many tokens (every "go to …" has the verb "go", most relations recur), and a
+	// token's pairs with the context are the costly part. uniq holds each distinct token once, lexical ones
+	// (paired with the whole context) in [0, nLex), relations (paired with the state) after; ref maps each
+	// position of tok to its entry in uniq. A pass visits each entry's pairs once.
+	uniq []uint64
+	ref  []int32
+	nLex int
+
+	pairs []float64 // pairs[u]: the pair sum of uniq[u] under the weights of the current pass
+	coefs []float64 // coefs[u]: the gradient coefficient gathered for uniq[u]'s pairs
 }
 
 // containsSorted reports whether sorted holds w.
@@ -253,7 +264,48 @@ func extract(in Input, taskSalt bool) *features {
 			f.tok[i] = combine(f.tok[i], salt)
 		}
 	}
+	f.index()
 	return f
+}
+
+// index fills uniq, ref and nLex from tok and spans. Tokens are hashes already, so an open-addressed table
+// keyed by their low bits finds the repeats.
+func (f *features) index() {
+	size := 1
+	for size < 2*len(f.tok) {
+		size <<= 1
+	}
+	buf := make([]int32, len(f.tok)+size)
+	table := buf[len(f.tok):] // 1 + an index into uniq; 0 is empty
+	f.ref = buf[:len(f.tok)]
+	mask := uint64(size - 1)
+	f.uniq = make([]uint64, 0, len(f.tok))
+	for part := range 2 {
+		if part == 1 {
+			f.nLex = len(f.uniq)
+			clear(table)
+		}
+		for _, sp := range f.spans {
+			from, to := sp.lex, sp.rel
+			if part == 1 {
+				from, to = sp.rel, sp.end
+			}
+			for i := from; i < to; i++ {
+				c := f.tok[i]
+				k := c & mask
+				for table[k] != 0 && f.uniq[table[k]-1] != c {
+					k = (k + 1) & mask
+				}
+				if table[k] == 0 {
+					f.uniq = append(f.uniq, c)
+					table[k] = int32(len(f.uniq))
+				}
+				f.ref[i] = table[k] - 1
+			}
+		}
+	}
+	sums := make([]float64, 2*len(f.uniq))
+	f.pairs, f.coefs = sums[:len(f.uniq)], sums[len(f.uniq):]
 }
 
 // dedupe sorts xs, moves its distinct values to the front and returns their count: features are
@@ -289,20 +341,39 @@ func pairSum(w []float32, ctx []uint64, c uint64) float64 {
 	return float64(s0 + s1)
 }
 
-// dot is the raw score of candidate j.
+// pairSums computes every distinct token's pair sum under w, once for the pass.
+func (f *features) pairSums(w []float32) {
+	for u, c := range f.uniq {
+		if u < f.nLex {
+			f.pairs[u] = pairSum(w, f.ctx, c)
+		} else {
+			f.pairs[u] = pairSum(w, f.ctx[:f.nState], c)
+		}
+	}
+}
+
+// dot is the raw score of candidate j; pairSums must have run under the same weights.
 func (f *features) dot(w []float32, j int) float64 {
 	sp := f.spans[j]
 	var alone, lexSum, relSum float64
 	for _, c := range f.tok[sp.lex:sp.end] {
 		alone += float64(signed(w, c))
 	}
-	for _, c := range f.tok[sp.lex:sp.rel] {
-		lexSum += pairSum(w, f.ctx, c)
+	for _, u := range f.ref[sp.lex:sp.rel] {
+		lexSum += f.pairs[u]
 	}
-	for _, c := range f.tok[sp.rel:sp.end] {
-		relSum += pairSum(w, f.ctx[:f.nState], c)
+	for _, u := range f.ref[sp.rel:sp.end] {
+		relSum += f.pairs[u]
 	}
 	return alone + lexSum*f.lexScale + relSum*f.stateScale
+}
+
+// scores fills s (one per candidate) with the raw scores under w.
+func (f *features) scores(w []float32, s []float64) {
+	f.pairSums(w)
+	for j := range s {
+		s[j] = f.dot(w, j)
+	}
 }
 
 // addSigned adds ±v to the gradient coordinate of hash h, with the same sign as signed.
@@ -310,21 +381,37 @@ func addSigned(grad []float64, h uint64, v float64) {
 	grad[h&uint64(len(grad)-1)] += math.Float64frombits(math.Float64bits(v) ^ h>>63<<63)
 }
 
-// addGrad adds g · ∂score_j/∂W into grad.
+// addGrad gathers g · ∂score_j/∂W: the lone weights go into grad at once, the pairs' coefficient is
+// gathered per distinct token for addGrads.
 func (f *features) addGrad(grad []float64, j int, g float64) {
 	sp := f.spans[j]
 	for _, c := range f.tok[sp.lex:sp.end] {
 		addSigned(grad, c, g)
 	}
 	gl, gs := g*f.lexScale, g*f.stateScale
-	for _, c := range f.tok[sp.lex:sp.rel] {
-		for _, x := range f.ctx {
-			addSigned(grad, mix64(x+c), gl)
-		}
+	for _, u := range f.ref[sp.lex:sp.rel] {
+		f.coefs[u] += gl
 	}
-	for _, c := range f.tok[sp.rel:sp.end] {
-		for _, x := range f.ctx[:f.nState] {
-			addSigned(grad, mix64(x+c), gs)
+	for _, u := range f.ref[sp.rel:sp.end] {
+		f.coefs[u] += gs
+	}
+}
+
+// addGrads adds the gathered pair coefficients into grad, each distinct token's pairs once, and clears
+// them.
+func (f *features) addGrads(grad []float64) {
+	for u, g := range f.coefs {
+		if g == 0 {
+			continue
 		}
+		ctx := f.ctx
+		if u >= f.nLex {
+			ctx = f.ctx[:f.nState]
+		}
+		c := f.uniq[u]
+		for _, x := range ctx {
+			addSigned(grad, mix64(x+c), g)
+		}
+		f.coefs[u] = 0
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"hash/fnv"
+	"math"
 	"slices"
 	"testing"
 )
@@ -72,6 +73,89 @@ func TestRelations(t *testing.T) {
 	} {
 		if got := has(tc.cand, tc.verb, tc.code); got != tc.want {
 			t.Errorf("candidate %q relation %d: %v, want %v", in.Candidates[tc.cand], tc.code, got, tc.want)
+		}
+	}
+}
+
+// Candidates share tokens, and each distinct token's pairs with the context are visited once per pass; the
+// scores and the gradient are those of visiting every candidate's every token.
+func TestSharedTokensVisitedOnce(t *testing.T) {
+	m := newModel(t, Config{Seed: 5, InitScale: 0.2})
+	in := benchInput()
+	f := extract(in, m.TaskSalt)
+	for i, u := range f.ref {
+		if f.uniq[u] != f.tok[i] {
+			t.Fatalf("token %d refers to %x, is %x", i, f.uniq[u], f.tok[i])
+		}
+	}
+	for _, part := range [][]uint64{f.uniq[:f.nLex], f.uniq[f.nLex:]} {
+		if d := slices.Clone(part); dedupe(d) != len(part) {
+			t.Fatal("a token is listed twice in its part")
+		}
+	}
+	var pairsEach, pairsOnce int
+	for _, sp := range f.spans {
+		pairsEach += int(sp.rel-sp.lex)*len(f.ctx) + int(sp.end-sp.rel)*f.nState
+	}
+	pairsOnce = f.nLex*len(f.ctx) + (len(f.uniq)-f.nLex)*f.nState
+	t.Logf("%d candidates: %d tokens, %d distinct; %d pairs per pass, %d visiting every token", len(in.Candidates), len(f.tok), len(f.uniq), pairsOnce, pairsEach)
+	if len(f.uniq) >= len(f.tok) || pairsOnce >= pairsEach {
+		t.Fatalf("nothing shared: %d of %d tokens, %d of %d pairs", len(f.uniq), len(f.tok), pairsOnce, pairsEach)
+	}
+
+	// Every token visited, as if nothing were shared.
+	w := m.Weights
+	each := func(j int) float64 {
+		sp := f.spans[j]
+		var alone, lex, rel float64
+		for _, c := range f.tok[sp.lex:sp.end] {
+			alone += float64(signed(w, c))
+		}
+		for _, c := range f.tok[sp.lex:sp.rel] {
+			lex += pairSum(w, f.ctx, c)
+		}
+		for _, c := range f.tok[sp.rel:sp.end] {
+			rel += pairSum(w, f.ctx[:f.nState], c)
+		}
+		return alone + lex*f.lexScale + rel*f.stateScale
+	}
+	scores := m.Scores(in)
+	for j := range scores {
+		if want := each(j); scores[j] != want {
+			t.Fatalf("candidate %d: score %v, want %v", j, scores[j], want)
+		}
+	}
+	const choice = 4
+	grad := make([]float64, m.NumParams())
+	lp := m.AccumulateGrad(in, choice, 1, grad)
+	want := make([]float64, m.NumParams())
+	for j := range scores {
+		g := -math.Exp(m.LogProb(in, j))
+		if j == choice {
+			g++
+		}
+		g /= m.Temperature
+		sp := f.spans[j]
+		for _, c := range f.tok[sp.lex:sp.end] {
+			addSigned(want, c, g)
+		}
+		for _, c := range f.tok[sp.lex:sp.rel] {
+			for _, x := range f.ctx {
+				addSigned(want, mix64(x+c), g*f.lexScale)
+			}
+		}
+		for _, c := range f.tok[sp.rel:sp.end] {
+			for _, x := range f.ctx[:f.nState] {
+				addSigned(want, mix64(x+c), g*f.stateScale)
+			}
+		}
+	}
+	if lp != m.LogProb(in, choice) {
+		t.Fatalf("log-probability %v, want %v", lp, m.LogProb(in, choice))
+	}
+	for k := range grad {
+		if math.Abs(grad[k]-want[k]) > 1e-12+1e-9*math.Abs(want[k]) {
+			t.Fatalf("coordinate %d: %v, every token visited %v", k, grad[k], want[k])
 		}
 	}
 }

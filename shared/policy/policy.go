@@ -166,10 +166,7 @@ func (m *Model) Scores(in Input) []float64 {
 	if len(scores) == 0 || !m.usable() {
 		return scores
 	}
-	f := extract(in, m.TaskSalt)
-	for j := range scores {
-		scores[j] = f.dot(m.Weights, j)
-	}
+	extract(in, m.TaskSalt).scores(m.Weights, scores)
 	return scores
 }
 
@@ -268,6 +265,7 @@ func (m *Model) AccumulateGrad(in Input, choice int, coef float64, grad []float6
 		}
 		f.addGrad(grad, j, coef*g/m.Temperature)
 	}
+	f.addGrads(grad)
 	return lp[choice]
 }
 
@@ -303,6 +301,7 @@ func (m *Model) AccumulateEntropyGrad(in Input, coef float64, grad []float64) fl
 	for j, l := range lp {
 		f.addGrad(grad, j, -coef*math.Exp(l)*(l+h)/m.Temperature)
 	}
+	f.addGrads(grad)
 	return h
 }
 
@@ -315,8 +314,46 @@ func (m *Model) AccumulateTurn(in Input, choice int, coef func(logp float64) flo
 	if choice < 0 || choice >= len(in.Candidates) || len(grad) != len(m.Weights) || !m.usable() {
 		return math.NaN(), math.NaN()
 	}
-	f := extract(in, m.TaskSalt)
-	lp := m.logProbsOf(f, len(in.Candidates))
+	return m.AccumulatePrepared(m.Prepare(in), choice, coef, entropyCoef, grad)
+}
+
+// Prepared is an Input's hashed features, extracted once for the passes a trainer makes over the same
+// turn (one per epoch, and the reference policy's): they depend on the input and the model's shape, not
+// on its weights. A Prepared is used by one goroutine at a time.
+type Prepared struct {
+	f        *features
+	n        int
+	taskSalt bool
+}
+
+// Prepare extracts in's features for the Prepared passes of m and of models of the same shape.
+func (m *Model) Prepare(in Input) *Prepared {
+	return &Prepared{f: extract(in, m.TaskSalt), n: len(in.Candidates), taskSalt: m.TaskSalt}
+}
+
+// Candidates is the number of candidates of the prepared input.
+func (p *Prepared) Candidates() int { return p.n }
+
+// fits reports whether p was prepared for a model of m's shape.
+func (m *Model) fits(p *Prepared) bool { return p != nil && p.taskSalt == m.TaskSalt && m.usable() }
+
+// LogProbPrepared is LogProb of a prepared input; NaN when choice is not a candidate index or p was
+// prepared for a model of another shape.
+func (m *Model) LogProbPrepared(p *Prepared, choice int) float64 {
+	if !m.fits(p) || choice < 0 || choice >= p.n {
+		return math.NaN()
+	}
+	return m.logProbsOf(p.f, p.n)[choice]
+}
+
+// AccumulatePrepared is AccumulateTurn of a prepared input; NaNs (adding nothing) also when p was
+// prepared for a model of another shape.
+func (m *Model) AccumulatePrepared(p *Prepared, choice int, coef func(logp float64) float64, entropyCoef float64, grad []float64) (logp, h float64) {
+	if !m.fits(p) || choice < 0 || choice >= p.n || len(grad) != len(m.Weights) {
+		return math.NaN(), math.NaN()
+	}
+	f := p.f
+	lp := m.logProbsOf(f, p.n)
 	h = entropy(lp)
 	c := coef(lp[choice])
 	if c == 0 && entropyCoef == 0 {
@@ -333,13 +370,12 @@ func (m *Model) AccumulateTurn(in Input, choice int, coef func(logp float64) flo
 			f.addGrad(grad, j, d/m.Temperature)
 		}
 	}
+	f.addGrads(grad)
 	return lp[choice], h
 }
 
 func (m *Model) logProbsOf(f *features, n int) []float64 {
 	s := make([]float64, n)
-	for j := range s {
-		s[j] = f.dot(m.Weights, j)
-	}
+	f.scores(m.Weights, s)
 	return logSoftmax(s, m.Temperature)
 }

@@ -335,3 +335,41 @@ func TestClone(t *testing.T) {
 		t.Fatal("Clone shares weights or lost fields")
 	}
 }
+
+// A prepared input gives what the input itself gives, after the weights move too (the features do not
+// depend on them), and only to models of the shape it was prepared for.
+func TestPreparedMatchesInput(t *testing.T) {
+	m := newModel(t, Config{Seed: 14, InitScale: 0.2, Temperature: 0.8})
+	in := testInput()
+	p := m.Prepare(in)
+	if p.Candidates() != len(in.Candidates) {
+		t.Fatalf("%d candidates prepared, want %d", p.Candidates(), len(in.Candidates))
+	}
+	coef := func(lp float64) float64 { return 0.4 - math.Exp(lp) }
+	for step := range 3 {
+		for choice := range in.Candidates {
+			if got, want := m.LogProbPrepared(p, choice), m.LogProb(in, choice); got != want {
+				t.Fatalf("step %d choice %d: prepared %v, input %v", step, choice, got, want)
+			}
+		}
+		got, want := make([]float64, m.NumParams()), make([]float64, m.NumParams())
+		lp, h := m.AccumulatePrepared(p, 2, coef, -0.03, got)
+		wlp, wh := m.AccumulateTurn(in, 2, coef, -0.03, want)
+		if lp != wlp || h != wh || !slices.Equal(got, want) {
+			t.Fatalf("step %d: prepared (%v, %v), input (%v, %v), gradients equal %v", step, lp, h, wlp, wh, slices.Equal(got, want))
+		}
+		for k := range m.Weights {
+			m.Weights[k] += float32(0.1 * got[k])
+		}
+	}
+	if !math.IsNaN(m.LogProbPrepared(p, len(in.Candidates))) || !math.IsNaN(m.LogProbPrepared(nil, 0)) {
+		t.Fatal("a bad choice or no input gave a log-probability")
+	}
+	salted := newModel(t, Config{Seed: 14, InitScale: 0.2, TaskSalt: true})
+	if !math.IsNaN(salted.LogProbPrepared(p, 0)) {
+		t.Fatal("a model of another shape used the prepared features")
+	}
+	if lp, _ := salted.AccumulatePrepared(p, 0, coef, 0, make([]float64, salted.NumParams())); !math.IsNaN(lp) {
+		t.Fatal("a model of another shape accumulated from the prepared features")
+	}
+}
