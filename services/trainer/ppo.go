@@ -162,33 +162,57 @@ type StepStats struct {
 	Turns        int
 }
 
-// proximal holds each turn's log-probability under the trainer's policy before this batch: the proximal
-// policy of the decoupled and truncated corrections. The batch's first epoch fills it from its own forward
-// passes (the weights have not moved yet, so each turn's current log-probability is its proximal one)
-// rather than from a pass of its own over the batch; the later epochs read it.
-type proximal struct {
-	logp   [][]float64
+// batchPasses holds what the epochs over one batch share. Each turn's features are extracted once (they
+// depend on the turn, not on the weights), the frozen reference policy's log-probabilities are computed
+// once, and the proximal log-probabilities of the decoupled and truncated corrections (the trainer's policy
+// before this batch) are filled by the first epoch from its own forward passes (the weights have not moved
+// yet, so each turn's current log-probability is its proximal one) rather than by a pass of their own; the
+// later epochs read them.
+type batchPasses struct {
+	in     [][]*policy.Prepared
+	prox   [][]float64 // nil when the objective has no correction
+	ref    [][]float64 // nil without a reference or KL term
 	filled bool
 }
 
-// newProximal makes room for the proximal log-probabilities of eps, or returns nil when the objective does
-// not use them (no correction).
-func (o Objective) newProximal(eps []proto.TrainEpisode) *proximal {
-	if o.Correction != CorrectionDecoupled && o.Correction != CorrectionTruncated {
-		return nil
+// newPasses prepares the passes of m (the policy before this batch) over eps; ref is the frozen
+// reference (nil when KLCoef is 0).
+func (o Objective) newPasses(m, ref *policy.Model, eps []proto.TrainEpisode) *batchPasses {
+	bp := &batchPasses{in: make([][]*policy.Prepared, len(eps))}
+	withProx := o.Correction == CorrectionDecoupled || o.Correction == CorrectionTruncated
+	withRef := ref != nil && o.KLCoef > 0
+	if withProx {
+		bp.prox = make([][]float64, len(eps))
 	}
-	p := &proximal{logp: make([][]float64, len(eps))}
+	if withRef {
+		bp.ref = make([][]float64, len(eps))
+	}
 	for i := range eps {
-		p.logp[i] = make([]float64, len(eps[i].Episode.Turns))
+		inputs := policy.InputsFromEpisode(&eps[i].Episode)
+		bp.in[i] = make([]*policy.Prepared, len(inputs))
+		for t, in := range inputs {
+			bp.in[i][t] = m.Prepare(in)
+		}
+		if withProx {
+			bp.prox[i] = make([]float64, len(inputs))
+		}
+		if withRef {
+			bp.ref[i] = make([]float64, len(inputs))
+			for t, in := range inputs {
+				chosen := eps[i].Episode.Turns[t].Chosen
+				if bp.ref[i][t] = ref.LogProbPrepared(bp.in[i][t], chosen); math.IsNaN(bp.ref[i][t]) {
+					bp.ref[i][t] = ref.LogProb(in, chosen) // a reference of another shape than m
+				}
+			}
+		}
 	}
-	return p
+	return bp
 }
 
 // accumulate adds the gradient of the token-mean loss −(1/T)·Σ obj (− entropy bonus) over the batch's turns
-// into grad and returns the loss. prox is the batch's proximal log-probabilities (nil when the objective
-// does not use them); while it is not filled yet, m must be the policy before this batch, and this pass
-// fills it. ref is the frozen reference (nil when KLCoef is 0).
-func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, prox *proximal, grad []float64) (StepStats, error) {
+// into grad and returns the loss. bp is the batch's passes (newPasses of the same eps); while its proximal
+// log-probabilities are not filled yet, m must be the policy before this batch, and this pass fills them.
+func (o Objective) accumulate(m *policy.Model, eps []proto.TrainEpisode, bp *batchPasses, grad []float64) (StepStats, error) {
 	var st StepStats
 	for i := range eps {
 		st.Turns += len(eps[i].Episode.Turns)
@@ -204,7 +228,6 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 		if len(te.Advantages) != len(te.Episode.Turns) {
 			return st, fmt.Errorf("%w: episode %s has %d advantages for %d turns", proto.ErrMalformed, te.Episode.ID, len(te.Advantages), len(te.Episode.Turns))
 		}
-		inputs := policy.InputsFromEpisode(&te.Episode)
 		for t, turn := range te.Episode.Turns {
 			coef := o.entropyCoef(trapped[i], t, len(te.Episode.Turns))
 			adv := te.Advantages[t]
@@ -212,20 +235,20 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 				return st, fmt.Errorf("%w: episode %s turn %d advantage %v", proto.ErrBadNumber, te.Episode.ID, t, adv)
 			}
 			var logpRef float64
-			if ref != nil && o.KLCoef > 0 {
-				logpRef = ref.LogProb(inputs[t], turn.Chosen)
+			if bp.ref != nil {
+				logpRef = bp.ref[i][t]
 			}
 			// One pass over the turn's features: the clipped objective's derivative at the current
 			// log-probability, plus the entropy bonus.
 			var obj float64
 			var wasClipped bool
-			logp, h := m.AccumulateTurn(inputs[t], turn.Chosen, func(logp float64) float64 {
+			logp, h := m.AccumulatePrepared(bp.in[i][t], turn.Chosen, func(logp float64) float64 {
 				var px float64
-				if prox != nil {
-					if !prox.filled {
-						prox.logp[i][t] = logp
+				if bp.prox != nil {
+					if !bp.filled {
+						bp.prox[i][t] = logp
 					}
-					px = prox.logp[i][t]
+					px = bp.prox[i][t]
 				}
 				var d float64
 				obj, d, wasClipped = o.TurnLoss(logp, turn.LogProb, px, logpRef, adv)
@@ -244,8 +267,6 @@ func (o Objective) accumulate(m, ref *policy.Model, eps []proto.TrainEpisode, pr
 		}
 	}
 	st.ClipFraction = float64(clipped) / float64(st.Turns)
-	if prox != nil {
-		prox.filled = true
-	}
+	bp.filled = true
 	return st, nil
 }

@@ -99,7 +99,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 	}
 	for _, o := range []Objective{{Clip: 0.2, DualClip: 3}, {Clip: 0.2, DualClip: 3, EntropyCoef: 0.05}} {
 		grad := make([]float64, m.NumParams())
-		st, err := o.accumulate(m, nil, eps, nil, grad)
+		st, err := o.accumulate(m, eps, o.newPasses(m, nil, eps), grad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 			t.Fatal("zero gradient")
 		}
 		loss := func() float64 {
-			st, err := o.accumulate(m, nil, eps, nil, make([]float64, m.NumParams()))
+			st, err := o.accumulate(m, eps, o.newPasses(m, nil, eps), make([]float64, m.NumParams()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestAccumulateRefusesBadAdvantages(t *testing.T) {
 		given    proto.TrainEpisode
 		expected error
 	}{{nan, proto.ErrBadNumber}, {short, proto.ErrMalformed}, {inf, proto.ErrBadNumber}} {
-		if _, err := o.accumulate(m, nil, []proto.TrainEpisode{tc.given}, nil, make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
+		if _, err := o.accumulate(m, []proto.TrainEpisode{tc.given}, o.newPasses(m, nil, []proto.TrainEpisode{tc.given}), make([]float64, m.NumParams())); !errors.Is(err, tc.expected) {
 			t.Errorf("episode %s: error %v, want %v", tc.given.Episode.ID, err, tc.expected)
 		}
 	}
@@ -194,18 +194,20 @@ func TestFirstEpochFillsTheProximalPolicy(t *testing.T) {
 		behaviour.Weights[i] *= 0.5 // the episodes were played by an older policy: importance weights differ from 1
 	}
 	eps := []proto.TrainEpisode{trainEpisode(behaviour, "a", []int{0, 3, 1}, 1.3), trainEpisode(behaviour, "b", []int{2, 2}, -0.8)}
-	if (Objective{Clip: 0.2}).newProximal(eps) != nil {
+	if (Objective{Clip: 0.2}).newPasses(m, nil, eps).prox != nil {
 		t.Fatal("no correction: proximal log-probabilities made")
 	}
 	for _, o := range []Objective{{Clip: 0.2, DualClip: 3, Correction: CorrectionDecoupled}, {Clip: 0.2, Correction: CorrectionTruncated, ISCap: 1.5}} {
 		want := proxLogProbs(m, eps)
-		given := o.newProximal(eps)
+		given := o.newPasses(m, nil, eps)
 		gotGrad, wantGrad := make([]float64, m.NumParams()), make([]float64, m.NumParams())
-		gotSt, err := o.accumulate(m, nil, eps, given, gotGrad)
+		gotSt, err := o.accumulate(m, eps, given, gotGrad)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantSt, err := o.accumulate(m, nil, eps, &proximal{logp: want, filled: true}, wantGrad)
+		filled := o.newPasses(m, nil, eps)
+		filled.prox, filled.filled = want, true
+		wantSt, err := o.accumulate(m, eps, filled, wantGrad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,8 +216,8 @@ func TestFirstEpochFillsTheProximalPolicy(t *testing.T) {
 		}
 		for i := range want {
 			for k := range want[i] {
-				if math.Abs(given.logp[i][k]-want[i][k]) > 1e-12 {
-					t.Fatalf("%s: episode %d turn %d proximal %v, a pass of its own gives %v", o.Correction, i, k, given.logp[i][k], want[i][k])
+				if math.Abs(given.prox[i][k]-want[i][k]) > 1e-12 {
+					t.Fatalf("%s: episode %d turn %d proximal %v, a pass of its own gives %v", o.Correction, i, k, given.prox[i][k], want[i][k])
 				}
 			}
 		}
@@ -228,12 +230,58 @@ func TestFirstEpochFillsTheProximalPolicy(t *testing.T) {
 		for k := range m.Weights {
 			m.Weights[k] -= float32(0.5 * gotGrad[k])
 		}
-		if _, err := o.accumulate(m, nil, eps, given, make([]float64, m.NumParams())); err != nil {
+		if _, err := o.accumulate(m, eps, given, make([]float64, m.NumParams())); err != nil {
 			t.Fatal(err)
 		}
 		moved := proxLogProbs(m, eps)
-		if given.logp[0][0] != want[0][0] || moved[0][0] == want[0][0] {
-			t.Fatalf("%s: after the weights moved, proximal %v (before %v, the moved policy %v)", o.Correction, given.logp[0][0], want[0][0], moved[0][0])
+		if given.prox[0][0] != want[0][0] || moved[0][0] == want[0][0] {
+			t.Fatalf("%s: after the weights moved, proximal %v (before %v, the moved policy %v)", o.Correction, given.prox[0][0], want[0][0], moved[0][0])
+		}
+	}
+}
+
+// The frozen reference's log-probabilities are taken once per batch, from the turns' prepared features, and
+// the KL term of every epoch uses them.
+func TestReferenceLogProbsOncePerBatch(t *testing.T) {
+	cfg := policy.Config{Bits: 10, Seed: 6}
+	cfg.SetDefaults()
+	m, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := m.Clone()
+	for i := range ref.Weights {
+		ref.Weights[i] = -ref.Weights[i]
+	}
+	eps := []proto.TrainEpisode{trainEpisode(m, "a", []int{0, 3, 1}, 1.3), trainEpisode(m, "b", []int{2, 2}, -0.8)}
+	if (Objective{Clip: 0.2}).newPasses(m, ref, eps).ref != nil {
+		t.Fatal("no KL term: reference log-probabilities taken")
+	}
+	o := Objective{Clip: 0.2, KLCoef: 0.4}
+	bp := o.newPasses(m, ref, eps)
+	var want float64
+	for i := range eps {
+		inputs := policy.InputsFromEpisode(&eps[i].Episode)
+		for k, in := range inputs {
+			turn := eps[i].Episode.Turns[k]
+			lr := ref.LogProb(in, turn.Chosen)
+			if bp.ref[i][k] != lr {
+				t.Fatalf("episode %d turn %d: reference %v, want %v", i, k, bp.ref[i][k], lr)
+			}
+			obj, _, _ := o.TurnLoss(m.LogProb(in, turn.Chosen), turn.LogProb, 0, lr, eps[i].Advantages[k])
+			want -= obj / 5
+		}
+	}
+	for i := range ref.Weights {
+		ref.Weights[i] = 0 // frozen for the batch: what was taken is used
+	}
+	for epoch := range 2 {
+		st, err := o.accumulate(m, eps, bp, make([]float64, m.NumParams()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(st.Loss-want) > 1e-12 {
+			t.Fatalf("epoch %d: loss %v, want %v", epoch, st.Loss, want)
 		}
 	}
 }

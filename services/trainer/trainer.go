@@ -547,10 +547,10 @@ func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, dups
 // update runs the configured epochs of full-batch PPO updates.
 func (t *Trainer) update(eps []proto.TrainEpisode) (StepStats, error) {
 	var first StepStats
-	prox := t.cfg.Loss.newProximal(eps) // filled by the first epoch, before the weights move
+	bp := t.cfg.Loss.newPasses(t.model, t.ref, eps) // its proximal policy is filled by the first epoch, before the weights move
 	for e := 0; e < t.cfg.Epochs; e++ {
 		clear(t.grad)
-		ss, err := t.cfg.Loss.accumulate(t.model, t.ref, eps, prox, t.grad)
+		ss, err := t.cfg.Loss.accumulate(t.model, eps, bp, t.grad)
 		if err != nil {
 			return ss, err
 		}
