@@ -167,6 +167,10 @@ type asyncWorkload struct {
 // where the asynchronous mode's trainer is the limit, as a GPU-bound trainer is. Short asynchronous runs
 // (calibrateBatches measured around the middle of the window, no evaluation) start at --calibration-epochs
 // and raise the epochs until the trainer is TargetBusy busy; the first epochs that reach it are chosen.
+// The trainer's busy fraction levels off below 100% (its version pushes and the wait for a batch's last
+// group remain), and on a fast machine below the target: when a run is no busier than the one before it
+// (Plateau), raising the epochs further would only slow both modes, so the calibration stops and chooses
+// the fewest epochs within calibrateNearBusiest of the busiest run.
 // The synchronous mode, with the same trainer, still waits for each batch's slowest episode: whether the
 // asynchronous mode is then 3x faster, and learns as well, is what the benchmark measures.
 type asyncCalibration struct {
@@ -174,6 +178,7 @@ type asyncCalibration struct {
 	Runs         []asyncCalibRun `json:"runs"`
 	ChosenEpochs int             `json:"chosen_epochs"`
 	Reached      bool            `json:"reached"`
+	Plateau      bool            `json:"plateau"`
 }
 
 // asyncCalibRun is one calibration run.
@@ -401,7 +406,34 @@ const (
 	calibrateBatches   = 10
 	calibrateRuns      = 5
 	calibrateMaxEpochs = 32
+	// A run less than calibratePlateauGain busier than the one before it with fewer epochs ends the
+	// calibration at a plateau.
+	calibratePlateauGain = 0.005
+	// At a plateau, or when the target was not reached, the fewest epochs within this of the busiest run
+	// are chosen.
+	calibrateNearBusiest = 0.01
 )
+
+// plateaued reports whether the last run was less than calibratePlateauGain busier than the one before.
+func plateaued(runs []asyncCalibRun) bool {
+	n := len(runs)
+	return n >= 2 && runs[n-1].TrainerBusy < runs[n-2].TrainerBusy+calibratePlateauGain
+}
+
+// fewestNearBusiest returns the fewest epochs of the runs within calibrateNearBusiest of the busiest.
+func fewestNearBusiest(runs []asyncCalibRun) int {
+	busiest := 0.0
+	for _, r := range runs {
+		busiest = max(busiest, r.TrainerBusy)
+	}
+	fewest := 0
+	for _, r := range runs {
+		if r.TrainerBusy >= busiest-calibrateNearBusiest && (fewest == 0 || r.Epochs < fewest) {
+			fewest = r.Epochs
+		}
+	}
+	return fewest
+}
 
 // calibrate chooses the trainer's epochs (see asyncCalibration). Below the target the trainer waits for
 // data and its busy fraction grows with its work, but less than in proportion as it nears the target (the
@@ -429,6 +461,12 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 		cal.ChosenEpochs = e
 		if r.TrainerBusy >= c.CalBusy {
 			cal.Reached = true
+			break
+		}
+		cal.ChosenEpochs = fewestNearBusiest(cal.Runs)
+		if cal.Plateau = plateaued(cal.Runs); cal.Plateau {
+			say("calibration: a plateau (%.1f%% at %d epochs after %.1f%% at %d)", 100*r.TrainerBusy, e,
+				100*cal.Runs[len(cal.Runs)-2].TrainerBusy, cal.Runs[len(cal.Runs)-2].Epochs)
 			break
 		}
 		if e == calibrateMaxEpochs {
@@ -473,8 +511,11 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 			runs[i] = fmt.Sprintf("%d epochs %.1f%%", r.Epochs, 100*r.TrainerBusy)
 		}
 		verdict := "the first that reached it"
-		if !cal.Reached {
-			verdict = "not reached; the last tried"
+		switch {
+		case cal.Plateau:
+			verdict = fmt.Sprintf("a plateau below it; the fewest within %.0f point of the busiest", 100*calibrateNearBusiest)
+		case !cal.Reached:
+			verdict = fmt.Sprintf("not reached; the fewest within %.0f point of the busiest", 100*calibrateNearBusiest)
 		}
 		fmt.Printf("calibration (asynchronous, trainer busy aimed at %.0f%%): %s; %d epochs per batch (%s), learning rate %.4g\n",
 			100*cal.TargetBusy, strings.Join(runs, ", "), cal.ChosenEpochs, verdict, res.Workload.LearningRate)

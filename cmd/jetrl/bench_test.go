@@ -84,12 +84,17 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	for i, r := range cal.Runs {
 		last := i == len(cal.Runs)-1
 		if r.Batches < 1 || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
-			(i > 0 && r.Epochs <= cal.Runs[i-1].Epochs) || (!last && r.TrainerBusy >= cal.TargetBusy) {
-			t.Errorf("calibration run %d of %+v: want measured batches, rising epochs from %d, and runs below the target until the last", i, cal.Runs, c.CalEpochs)
+			(i > 0 && r.Epochs <= cal.Runs[i-1].Epochs) || (!last && r.TrainerBusy >= cal.TargetBusy) || (!last && plateaued(cal.Runs[:i+1])) {
+			t.Errorf("calibration run %d of %+v: want measured batches, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
 		}
 	}
-	if lr := cal.Runs[len(cal.Runs)-1]; cal.ChosenEpochs != lr.Epochs || cal.Reached != (lr.TrainerBusy >= cal.TargetBusy) {
-		t.Errorf("calibration chose %d epochs (reached %v) after %+v: want the last run's", cal.ChosenEpochs, cal.Reached, cal.Runs)
+	lr := cal.Runs[len(cal.Runs)-1]
+	want := lr.Epochs
+	if lr.TrainerBusy < cal.TargetBusy {
+		want = fewestNearBusiest(cal.Runs)
+	}
+	if cal.ChosenEpochs != want || cal.Reached != (lr.TrainerBusy >= cal.TargetBusy) || cal.Plateau != (!cal.Reached && plateaued(cal.Runs)) {
+		t.Errorf("calibration chose %d epochs (reached %v, plateau %v) after %+v: want %d", cal.ChosenEpochs, cal.Reached, cal.Plateau, cal.Runs, want)
 	}
 	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
 		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
@@ -595,5 +600,31 @@ func TestPairedInterval(t *testing.T) {
 	}
 	if m, _, _ := pairedInterval([]float64{0.1, math.NaN()}); !math.IsNaN(m) {
 		t.Fatalf("a NaN difference gave mean %v", m)
+	}
+}
+
+// The calibration stops when more epochs stop making the trainer busier, and then chooses the fewest epochs
+// within a point of the busiest run: past the plateau, epochs only slow both modes.
+func TestCalibrationStopsAtAPlateau(t *testing.T) {
+	run := func(epochs int, busy float64) asyncCalibRun { return asyncCalibRun{Epochs: epochs, TrainerBusy: busy} }
+	for _, tc := range []struct {
+		name    string
+		runs    []asyncCalibRun
+		plateau bool
+		fewest  int
+	}{
+		{"one run", []asyncCalibRun{run(4, 0.70)}, false, 4},
+		{"rising", []asyncCalibRun{run(4, 0.70), run(8, 0.90)}, false, 8},
+		{"levelled", []asyncCalibRun{run(4, 0.70), run(8, 0.951), run(16, 0.954)}, true, 8},
+		{"fell", []asyncCalibRun{run(4, 0.70), run(8, 0.96), run(16, 0.95)}, true, 8},
+		{"within a point, fewest", []asyncCalibRun{run(4, 0.70), run(8, 0.945), run(12, 0.955)}, false, 8},
+		{"beyond a point", []asyncCalibRun{run(4, 0.70), run(8, 0.94), run(12, 0.955)}, false, 12},
+	} {
+		if got := plateaued(tc.runs); got != tc.plateau {
+			t.Errorf("%s: plateaued %v, want %v", tc.name, got, tc.plateau)
+		}
+		if got := fewestNearBusiest(tc.runs); got != tc.fewest {
+			t.Errorf("%s: fewest near the busiest %d, want %d", tc.name, got, tc.fewest)
+		}
 	}
 }
