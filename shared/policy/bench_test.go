@@ -53,6 +53,19 @@ func BenchmarkAccumulateGrad(b *testing.B) {
 	}
 }
 
+// BenchmarkAccumulatePrepared is one turn of a trainer's later epochs: the features were extracted once
+// for the batch, so only the weights' passes remain.
+func BenchmarkAccumulatePrepared(b *testing.B) {
+	m, in := benchModel(b), benchInput()
+	p := m.Prepare(in)
+	grad := make([]float64, m.NumParams())
+	coef := func(float64) float64 { return 0.5 }
+	b.ReportAllocs()
+	for b.Loop() {
+		m.AccumulatePrepared(p, 3, coef, 0.01, grad)
+	}
+}
+
 func BenchmarkAdamStep(b *testing.B) {
 	m := benchModel(b)
 	opt := NewAdam(m.NumParams(), AdamConfig{})
