@@ -87,12 +87,7 @@ func trainEpisode(m *policy.Model, id string, chosen []int, adv float64) proto.T
 // accumulate's gradient is the gradient of the loss it returns: checked by central differences on the
 // weights it moves most, with and without the entropy bonus.
 func TestAccumulateGradientMatchesLoss(t *testing.T) {
-	cfg := policy.Config{Bits: 10, Seed: 3}
-	cfg.SetDefaults()
-	m, err := policy.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := smallModel(t, 3)
 	eps := []proto.TrainEpisode{
 		trainEpisode(m, "a", []int{0, 3, 1}, 1.3),
 		trainEpisode(m, "b", []int{2, 2}, -0.8),
@@ -142,12 +137,7 @@ func TestAccumulateGradientMatchesLoss(t *testing.T) {
 }
 
 func TestAccumulateRefusesBadAdvantages(t *testing.T) {
-	cfg := policy.Config{Bits: 10, Seed: 3}
-	cfg.SetDefaults()
-	m, err := policy.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := smallModel(t, 3)
 	o := Objective{Clip: 0.2, DualClip: 3}
 	nan := trainEpisode(m, "a", []int{0, 1}, 1)
 	nan.Advantages[1] = math.NaN()
@@ -183,12 +173,7 @@ func proxLogProbs(m *policy.Model, eps []proto.TrainEpisode) [][]float64 {
 // epoch, after the weights moved, reads what the first stored rather than the moved policy's values. No
 // correction needs none.
 func TestFirstEpochFillsTheProximalPolicy(t *testing.T) {
-	cfg := policy.Config{Bits: 10, Seed: 5}
-	cfg.SetDefaults()
-	m, err := policy.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := smallModel(t, 5)
 	behaviour := m.Clone()
 	for i := range behaviour.Weights {
 		behaviour.Weights[i] *= 0.5 // the episodes were played by an older policy: importance weights differ from 1
@@ -243,12 +228,7 @@ func TestFirstEpochFillsTheProximalPolicy(t *testing.T) {
 // The frozen reference's log-probabilities are taken once per batch, from the turns' prepared features, and
 // the KL term of every epoch uses them.
 func TestReferenceLogProbsOncePerBatch(t *testing.T) {
-	cfg := policy.Config{Bits: 10, Seed: 6}
-	cfg.SetDefaults()
-	m, err := policy.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := smallModel(t, 6)
 	ref := m.Clone()
 	for i := range ref.Weights {
 		ref.Weights[i] = -ref.Weights[i]
@@ -284,4 +264,16 @@ func TestReferenceLogProbsOncePerBatch(t *testing.T) {
 			t.Fatalf("epoch %d: loss %v, want %v", epoch, st.Loss, want)
 		}
 	}
+}
+
+// smallModel is an untrained policy of 2^10 weights.
+func smallModel(t *testing.T, seed int64) *policy.Model {
+	t.Helper()
+	cfg := policy.Config{Bits: 10, Seed: seed}
+	cfg.SetDefaults()
+	m, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
