@@ -331,9 +331,6 @@ func (m *Model) Prepare(in Input) *Prepared {
 	return &Prepared{f: extract(in, m.TaskSalt), n: len(in.Candidates), taskSalt: m.TaskSalt}
 }
 
-// Candidates is the number of candidates of the prepared input.
-func (p *Prepared) Candidates() int { return p.n }
-
 // fits reports whether p was prepared for a model of m's shape.
 func (m *Model) fits(p *Prepared) bool { return p != nil && p.taskSalt == m.TaskSalt && m.usable() }
 
