@@ -53,7 +53,8 @@ type benchAsyncCmd struct {
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
-	LREpochs      int           `name:"lr-epochs" default:"3" help:"The trainer's learning rate is the default rate times this over the epochs, so each batch moves the policy about as far as this many epochs at the default rate do, whatever the epochs (0: the default rate at any epochs). At 6, a version moved the policy so far that data two versions old held the asynchronous mode back (README)."`
+	LR            float64       `name:"lr" default:"0.0035" help:"The trainer's Adam learning rate in both modes, whatever the epochs: the rate per step sets how fast both modes learn (README: 0.0015 learned slowly, 0.0067 stalled the asynchronous mode on kg)."`
+	LREpochs      int           `name:"lr-epochs" default:"0" help:"If above 0, the learning rate is instead the default rate 0.01 times this over the epochs, so each batch moves the policy about as far as this many epochs at 0.01 do."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
 	ISCap         float64       `name:"is-cap" default:"2" help:"Importance weight cap of --correction truncated."`
 	LatencyMedian time.Duration `name:"latency-median" default:"20ms" help:"Median of the lognormal env step latency."`
@@ -170,7 +171,8 @@ type asyncWorkload struct {
 // The trainer's busy fraction levels off below 100% (its version pushes and the wait for a batch's last
 // group remain), and on a fast machine below the target: when a run is no busier than the one before it
 // (Plateau), raising the epochs further would only slow both modes, so the calibration stops and chooses
-// the fewest epochs within calibrateNearBusiest of the busiest run.
+// the fewest epochs within calibrateNearBusiest of the busiest run and at least calibrateMinBusy busy
+// (the busiest run when none is).
 // The synchronous mode, with the same trainer, still waits for each batch's slowest episode: whether the
 // asynchronous mode is then 3x faster, and learns as well, is what the benchmark measures.
 type asyncCalibration struct {
@@ -213,6 +215,9 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.LREpochs < 0 {
 		errs = append(errs, fmt.Errorf("--lr-epochs %d must not be negative", c.LREpochs))
 	}
+	if c.LREpochs == 0 && !(c.LR > 0 && c.LR < 1) {
+		errs = append(errs, fmt.Errorf("--lr %v must be in (0, 1)", c.LR))
+	}
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
@@ -239,10 +244,11 @@ func (c *benchAsyncCmd) concurrency() int {
 	return c.Concurrency
 }
 
-// learningRate is the trainer's Adam learning rate at c.Epochs (see --lr-epochs).
+// learningRate is the trainer's Adam learning rate at c.Epochs: --lr, or with --lr-epochs the default
+// rate scaled by it over the epochs.
 func (c *benchAsyncCmd) learningRate() float64 {
 	if c.LREpochs == 0 || c.Epochs == 0 {
-		return policy.DefaultLR
+		return c.LR
 	}
 	return policy.DefaultLR * float64(c.LREpochs) / float64(c.Epochs)
 }
@@ -409,9 +415,11 @@ const (
 	// A run less than calibratePlateauGain busier than the one before it with fewer epochs ends the
 	// calibration at a plateau.
 	calibratePlateauGain = 0.005
-	// At a plateau, or when the target was not reached, the fewest epochs within this of the busiest run
-	// are chosen.
+	// At a plateau, or when the target was not reached, the fewest epochs within calibrateNearBusiest of
+	// the busiest run are chosen, but none under calibrateMinBusy (the trainer-busy target of the async
+	// mode) while a run reached it: below it the busiest run is chosen.
 	calibrateNearBusiest = 0.01
+	calibrateMinBusy     = 0.95
 )
 
 // plateaued reports whether the last run was less than calibratePlateauGain busier than the one before.
@@ -420,15 +428,20 @@ func plateaued(runs []asyncCalibRun) bool {
 	return n >= 2 && runs[n-1].TrainerBusy < runs[n-2].TrainerBusy+calibratePlateauGain
 }
 
-// fewestNearBusiest returns the fewest epochs of the runs within calibrateNearBusiest of the busiest.
-func fewestNearBusiest(runs []asyncCalibRun) int {
+// chooseEpochs returns the fewest epochs of the runs within calibrateNearBusiest of the busiest and at
+// least calibrateMinBusy busy; when no run is that busy, the busiest run's epochs.
+func chooseEpochs(runs []asyncCalibRun) int {
 	busiest := 0.0
 	for _, r := range runs {
 		busiest = max(busiest, r.TrainerBusy)
 	}
+	floor := busiest
+	if busiest >= calibrateMinBusy {
+		floor = max(busiest-calibrateNearBusiest, calibrateMinBusy)
+	}
 	fewest := 0
 	for _, r := range runs {
-		if r.TrainerBusy >= busiest-calibrateNearBusiest && (fewest == 0 || r.Epochs < fewest) {
+		if r.TrainerBusy >= floor && (fewest == 0 || r.Epochs < fewest) {
 			fewest = r.Epochs
 		}
 	}
@@ -463,7 +476,7 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 			cal.Reached = true
 			break
 		}
-		cal.ChosenEpochs = fewestNearBusiest(cal.Runs)
+		cal.ChosenEpochs = chooseEpochs(cal.Runs)
 		if cal.Plateau = plateaued(cal.Runs); cal.Plateau {
 			say("calibration: a plateau (%.1f%% at %d epochs after %.1f%% at %d)", 100*r.TrainerBusy, e,
 				100*cal.Runs[len(cal.Runs)-2].TrainerBusy, cal.Runs[len(cal.Runs)-2].Epochs)

@@ -91,7 +91,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	lr := cal.Runs[len(cal.Runs)-1]
 	want := lr.Epochs
 	if lr.TrainerBusy < cal.TargetBusy {
-		want = fewestNearBusiest(cal.Runs)
+		want = chooseEpochs(cal.Runs)
 	}
 	if cal.ChosenEpochs != want || cal.Reached != (lr.TrainerBusy >= cal.TargetBusy) || cal.Plateau != (!cal.Reached && plateaued(cal.Runs)) {
 		t.Errorf("calibration chose %d epochs (reached %v, plateau %v) after %+v: want %d", cal.ChosenEpochs, cal.Reached, cal.Plateau, cal.Runs, want)
@@ -233,11 +233,22 @@ func TestBenchFlagsValidate(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		epochs, lrEpochs int
-		want             float64
-	}{{9, 6, policy.DefaultLR * 6 / 9}, {3, 6, policy.DefaultLR * 2}, {9, 0, policy.DefaultLR}, {6, 6, policy.DefaultLR}} {
-		lc := &benchAsyncCmd{Epochs: tc.epochs, LREpochs: tc.lrEpochs}
+		lr, want         float64
+	}{{9, 6, 0.002, policy.DefaultLR * 6 / 9}, {3, 6, 0.002, policy.DefaultLR * 2}, {9, 0, 0.002, 0.002}, {20, 0, 0.0035, 0.0035}, {6, 6, 0, policy.DefaultLR}} {
+		lc := &benchAsyncCmd{Epochs: tc.epochs, LREpochs: tc.lrEpochs, LR: tc.lr}
 		if got := lc.learningRate(); math.Abs(got-tc.want) > 1e-15 {
-			t.Errorf("learning rate at %d epochs, --lr-epochs %d: %v, want %v", tc.epochs, tc.lrEpochs, got, tc.want)
+			t.Errorf("learning rate at %d epochs, --lr %v, --lr-epochs %d: %v, want %v", tc.epochs, tc.lr, tc.lrEpochs, got, tc.want)
+		}
+	}
+	for _, lr := range []float64{math.NaN(), 0, -0.001, 1} {
+		badLR := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LR: lr, EnvHosts: 1,
+			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: 1}
+		if err := badLR.Validate(); err == nil || !strings.Contains(err.Error(), "--lr ") {
+			t.Fatalf("--lr %v: err = %v, want one that names --lr", lr, err)
+		}
+		badLR.LR = 0.0035
+		if err := badLR.Validate(); err != nil {
+			t.Fatalf("--lr 0.0035: %v", err)
 		}
 	}
 	negLR := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LREpochs: -1, EnvHosts: 1,
@@ -604,27 +615,31 @@ func TestPairedInterval(t *testing.T) {
 }
 
 // The calibration stops when more epochs stop making the trainer busier, and then chooses the fewest epochs
-// within a point of the busiest run: past the plateau, epochs only slow both modes.
+// within a point of the busiest run: past the plateau, epochs only slow both modes. It gives up no point
+// that would take the trainer under the 95% target.
 func TestCalibrationStopsAtAPlateau(t *testing.T) {
 	run := func(epochs int, busy float64) asyncCalibRun { return asyncCalibRun{Epochs: epochs, TrainerBusy: busy} }
 	for _, tc := range []struct {
 		name    string
 		runs    []asyncCalibRun
 		plateau bool
-		fewest  int
+		chosen  int
 	}{
 		{"one run", []asyncCalibRun{run(4, 0.70)}, false, 4},
 		{"rising", []asyncCalibRun{run(4, 0.70), run(8, 0.90)}, false, 8},
 		{"levelled", []asyncCalibRun{run(4, 0.70), run(8, 0.951), run(16, 0.954)}, true, 8},
 		{"fell", []asyncCalibRun{run(4, 0.70), run(8, 0.96), run(16, 0.95)}, true, 8},
-		{"within a point, fewest", []asyncCalibRun{run(4, 0.70), run(8, 0.945), run(12, 0.955)}, false, 8},
+		{"within a point, fewest", []asyncCalibRun{run(4, 0.70), run(8, 0.955), run(12, 0.962)}, false, 8},
 		{"beyond a point", []asyncCalibRun{run(4, 0.70), run(8, 0.94), run(12, 0.955)}, false, 12},
+		{"within a point but under 95%", []asyncCalibRun{run(4, 0.70), run(8, 0.945), run(12, 0.955)}, false, 12},
+		{"levelled under 95%", []asyncCalibRun{run(4, 0.70), run(16, 0.937), run(18, 0.940)}, true, 18},
+		{"fell under 95%", []asyncCalibRun{run(4, 0.70), run(16, 0.940), run(18, 0.938)}, true, 16},
 	} {
 		if got := plateaued(tc.runs); got != tc.plateau {
 			t.Errorf("%s: plateaued %v, want %v", tc.name, got, tc.plateau)
 		}
-		if got := fewestNearBusiest(tc.runs); got != tc.fewest {
-			t.Errorf("%s: fewest near the busiest %d, want %d", tc.name, got, tc.fewest)
+		if got := chooseEpochs(tc.runs); got != tc.chosen {
+			t.Errorf("%s: chose %d epochs, want %d", tc.name, got, tc.chosen)
 		}
 	}
 }
