@@ -215,7 +215,7 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.LREpochs < 0 {
 		errs = append(errs, fmt.Errorf("--lr-epochs %d must not be negative", c.LREpochs))
 	}
-	if c.LREpochs == 0 && !(c.LR > 0 && c.LR < 1) {
+	if !(c.LR > 0 && c.LR < 1) {
 		errs = append(errs, fmt.Errorf("--lr %v must be in (0, 1)", c.LR))
 	}
 	if c.Seeds < 1 {

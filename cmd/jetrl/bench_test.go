@@ -48,7 +48,7 @@ func benchWantPositive(t *testing.T, obj map[string]any, key string) float64 {
 // README documents, rates are positive and nothing trained beyond the staleness bound. No timing is asserted.
 func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
-		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LREpochs: 6,
+		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LR: 0.0035,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		MaxQueued: 1, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
@@ -99,8 +99,8 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
 		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
 	}
-	if want := policy.DefaultLR * 6 / float64(cal.ChosenEpochs); math.Abs(res.Workload.LearningRate-want) > 1e-12 {
-		t.Errorf("learning rate %v at %d epochs, want the default times 6/%d = %v", res.Workload.LearningRate, cal.ChosenEpochs, cal.ChosenEpochs, want)
+	if res.Workload.LearningRate != c.LR {
+		t.Errorf("learning rate %v at %d epochs, want --lr %v whatever the epochs", res.Workload.LearningRate, cal.ChosenEpochs, c.LR)
 	}
 	wl, _ := out["workload"].(map[string]any)
 	if jc, ok := wl["calibration"].(map[string]any); !ok || jc["chosen_epochs"] == nil {
