@@ -50,7 +50,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
 		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LR: 0.0035,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
-		MaxQueued: 1, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
+		MaxQueued: 1, Lead: 100 * time.Millisecond, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -98,6 +98,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
 		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
+	}
+	if res.Workload.LeadMS != 100 {
+		t.Errorf("workload lead %v ms, want the --lead of 100 ms", res.Workload.LeadMS)
 	}
 	if res.Workload.LearningRate != c.LR {
 		t.Errorf("learning rate %v at %d epochs, want --lr %v whatever the epochs", res.Workload.LearningRate, cal.ChosenEpochs, c.LR)
@@ -249,6 +252,17 @@ func TestBenchFlagsValidate(t *testing.T) {
 		badLR.LR = 0.0035
 		if err := badLR.Validate(); err != nil {
 			t.Fatalf("--lr 0.0035: %v", err)
+		}
+	}
+	for _, tc := range []struct {
+		lead      time.Duration
+		maxQueued int
+		ok        bool
+	}{{0, -1, true}, {100 * time.Millisecond, 1, true}, {-time.Millisecond, 1, false}, {2 * time.Minute, 1, false}, {100 * time.Millisecond, -1, false}} {
+		bl := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LR: 0.0035, EnvHosts: 1,
+			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: 1, Lead: tc.lead, MaxQueued: tc.maxQueued}
+		if err := bl.Validate(); (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "--lead")) {
+			t.Fatalf("--lead %v --max-queued %d: err = %v, want ok %v (an error naming --lead)", tc.lead, tc.maxQueued, err, tc.ok)
 		}
 	}
 	negLR := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LREpochs: -1, EnvHosts: 1,

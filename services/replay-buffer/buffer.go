@@ -73,7 +73,14 @@ type Config struct {
 	// advantage-normalizer or the trainer, or being trained): the next batch is composed only when it can
 	// go straight to the trainer, from the groups ready then, oldest admissions first, so fewer episodes
 	// go stale waiting in a queue (default 2: one being trained, one waiting; negative: no bound).
+	// Every batch is composed for the version it will train at: the current one plus the batches
+	// released ahead of it and not applied yet.
 	MaxQueued int
+	// Lead, when above 0, composes the next batch this long before the trainer's current step is expected
+	// to end, although MaxQueued batches are queued: the trainer then finds it waiting instead of idling
+	// while it is composed and normalized. The expected end is the step's start plus the median of the
+	// trainer's last steps, as the policy versions show them. 0: off.
+	Lead time.Duration
 }
 
 // SetDefaults fills unset fields.
@@ -118,6 +125,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MinGroup < 1 {
 		errs = append(errs, fmt.Errorf("replay-buffer: min group %d must be at least 1", c.MinGroup))
+	}
+	if c.Lead < 0 || c.Lead > time.Minute {
+		errs = append(errs, fmt.Errorf("replay-buffer: lead %v must be in [0, 1m]", c.Lead))
+	}
+	if c.Lead > 0 && c.MaxQueued < 1 {
+		errs = append(errs, fmt.Errorf("replay-buffer: lead %v needs max queued at least 1, not %d", c.Lead, c.MaxQueued))
 	}
 	if c.ReplicaTimeout > 0 && c.ReplicaTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("replay-buffer: replica timeout %v must be at least 1s (negative: off)", c.ReplicaTimeout))
@@ -195,8 +208,11 @@ type Buffer struct {
 	released     map[string]struct{}
 	order        []string // released group ids, oldest first, to bound released
 	// held says the last release was held back because MaxQueued batches were queued; the run loop
-	// calls release again after queueRecheck.
-	held bool
+	// calls release again after queueRecheck, or at wakeAt (the time to compose ahead, with Lead) if sooner.
+	held   bool
+	wakeAt time.Time
+	// pace follows the released batches and the versions that applied them.
+	pace *pace
 	// queueCons are the advantage-normalizer's and the trainer's consumers, whose pending batches are the
 	// queue MaxQueued bounds.
 	queueCons [2]jetstream.Consumer
@@ -248,7 +264,7 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	if deps.Conn == nil {
 		return nil, errors.New("replay-buffer: Deps.Conn is required")
 	}
-	b := &Buffer{cfg: cfg, deps: deps, groups: map[string]*group{}, readyIDs: map[string]*group{}, released: map[string]struct{}{}}
+	b := &Buffer{cfg: cfg, deps: deps, groups: map[string]*group{}, readyIDs: map[string]*group{}, released: map[string]struct{}{}, pace: newPace()}
 	b.version.Store(-1)
 	b.episodes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_episodes_total", Help: "Episodes received, by task and outcome."}, []string{"task", "outcome"})
 	b.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_dropped_total", Help: "Episodes that will not train, by reason."}, []string{"reason"})
@@ -319,6 +335,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 	newVersion := make(chan struct{}, 1)
 	go func() {
 		watchDone <- bus.WatchPolicyVersion(watchCtx, js, log, func(rec proto.PolicyVersion) {
+			b.pace.applied(rec, time.Now())
 			b.version.Store(rec.Version)
 			select {
 			case newVersion <- struct{}{}:
@@ -409,7 +426,11 @@ func (b *Buffer) Run(ctx context.Context) error {
 		recheck = nil
 		if b.held {
 			b.readyChanged = true // look again even if nothing arrives
-			recheck = time.After(backoff)
+			wait := backoff
+			if !b.wakeAt.IsZero() {
+				wait = max(min(wait, time.Until(b.wakeAt)), 0)
+			}
+			recheck = time.After(wait)
 			backoff = min(2*backoff, queueRecheckMax)
 		} else {
 			backoff = queueRecheck
@@ -799,31 +820,27 @@ func (l *liveness) prune(now time.Time, groups, replicas time.Duration) {
 // train: otherwise a replica killed with groups open (their missing members) could hold the gate shut with
 // too few usable episodes ready for a batch, and nothing would move again.
 func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, log zerolog.Logger) error {
-	v := b.version.Load()
-	if v < 0 || len(b.ready) == 0 || (!b.readyChanged && v == b.checkedAt) {
+	seen := b.version.Load()
+	if seen < 0 || len(b.ready) == 0 || (!b.readyChanged && seen == b.checkedAt) {
 		return nil
 	}
-	var take []settled
-	var keep []*group
-	usable := 0
-	b.held = false
+	b.held, b.wakeAt = false, time.Time{}
 	// Oldest admissions first: they are the nearest to the staleness bound.
 	slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
-	for _, g := range b.ready {
-		ok, masked, stale := b.split(g, v)
-		if len(ok) < b.cfg.MinGroup {
-			ok = nil
-		}
-		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
-			keep = append(keep, g)
-			continue
-		}
-		usable += len(ok)
-		take = append(take, settled{g, ok, masked, stale})
-	}
+	v := seen
+	take, keep, usable := b.compose(v)
 	wait := usable > 0 && usable < b.cfg.BatchSize // not enough yet: decide again with more groups or a new version
-	if !wait && usable > 0 && b.queueFull(ctx, js, log) {
-		b.held, wait = true, true // the trainer has enough queued: compose this batch when it can go straight on
+	if !wait && usable > 0 {
+		ahead, full := b.queued(ctx, js, log)
+		switch {
+		case full && !b.composeAhead(ahead, seen+int64(ahead), time.Now()):
+			b.held, wait = true, true // the trainer has enough queued: compose this batch when it can go straight on
+		case ahead > 0:
+			// The batch trains after those ahead of it: its staleness is counted at that version.
+			v = seen + int64(ahead)
+			take, keep, usable = b.compose(v)
+			wait = usable > 0 && usable < b.cfg.BatchSize
+		}
 	}
 	if wait {
 		// Groups with nothing to train (every member masked or stale, or too few left) never will have:
@@ -857,7 +874,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		}
 		b.ready = append(rest, keep...)
 		if !b.held {
-			b.readyChanged, b.checkedAt = false, v
+			b.readyChanged, b.checkedAt = false, seen
 		}
 		return nil
 	}
@@ -875,6 +892,59 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	}
 	b.ready = keep
 	return nil
+}
+
+// compose goes through the ready groups (sorted, oldest admission first) as a batch composed for trainer
+// version v would: the groups it takes (with their usable members at v, nil when too few), the groups left
+// for a later batch, and the usable episodes taken.
+func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
+	for _, g := range b.ready {
+		ok, masked, stale := b.split(g, v)
+		if len(ok) < b.cfg.MinGroup {
+			ok = nil
+		}
+		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
+			keep = append(keep, g)
+			continue
+		}
+		usable += len(ok)
+		take = append(take, settled{g, ok, masked, stale})
+	}
+	return take, keep, usable
+}
+
+// composeAhead reports whether, with ahead batches queued, the next batch (for version v) is composed now
+// anyway because the trainer's step is expected to end within Lead; when it is not yet time, it sets wakeAt
+// to when it is. While a group that this batch is the last to take (admitted at v - Eta) is still open,
+// that time is a quarter of Lead before the end instead: composing earlier would cut the group's time.
+func (b *Buffer) composeAhead(ahead int, v int64, now time.Time) bool {
+	if b.cfg.Lead <= 0 || ahead != b.cfg.MaxQueued {
+		return false
+	}
+	end, ok := b.pace.stepEnd()
+	if !ok {
+		return false
+	}
+	lead := b.cfg.Lead
+	if b.dueOpen(v) {
+		lead /= 4
+	}
+	if at := end.Add(-lead); now.Before(at) {
+		b.wakeAt = at
+		return false
+	}
+	return true
+}
+
+// dueOpen reports whether a group admitted at v - Eta, which a batch for version v is the last to take, is
+// still missing members.
+func (b *Buffer) dueOpen(v int64) bool {
+	for _, g := range b.groups {
+		if g.startVersion == v-int64(b.cfg.Eta) {
+			return true
+		}
+	}
+	return false
 }
 
 // settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
@@ -935,21 +1005,24 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 	return nil
 }
 
-// queueFull reports whether MaxQueued batches are released and not yet applied: pending or unacked at the
-// advantage-normalizer's and the trainer's consumers. When a consumer cannot be read (not created yet, or
-// NATS busy) the queue does not hold the release back.
-func (b *Buffer) queueFull(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) bool {
+// queued is how many released batches the trainer has not applied yet, and whether that is MaxQueued or
+// more. It is the smaller of two counts: the batches pending or unacked at the advantage-normalizer's and
+// the trainer's consumers, which lags a new version until the trainer acks the batch it applied, and the
+// batches this buffer released that no version has applied, which misses those a previous buffer released
+// (the trainer checks staleness again, so a count too small costs episodes, never the bound). When a
+// consumer cannot be read (not created yet, or NATS busy) nothing is queued: the release is not held back.
+func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (ahead int, full bool) {
 	if b.cfg.MaxQueued < 0 {
-		return false
+		return b.pace.ahead(), false
 	}
-	queued := 0
+	n := 0
 	for i, c := range []struct{ stream, name string }{{proto.StreamBatches, proto.ConsumerNormalizer}, {proto.StreamTrain, proto.ConsumerTrainer}} {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		if b.queueCons[i] == nil {
 			cons, err := js.Consumer(qctx, c.stream, c.name)
 			if err != nil {
 				cancel()
-				return false
+				return 0, false
 			}
 			b.queueCons[i] = cons
 		}
@@ -960,11 +1033,12 @@ func (b *Buffer) queueFull(ctx context.Context, js jetstream.JetStream, log zero
 				b.queueCons[i] = nil
 			}
 			log.Debug().Err(err).Str("consumer", c.name).Msg("queue depth unknown; releasing")
-			return false
+			return 0, false
 		}
-		queued += int(info.NumPending) + info.NumAckPending
+		n += int(info.NumPending) + info.NumAckPending
 	}
-	return queued >= b.cfg.MaxQueued
+	n = min(n, b.pace.ahead())
+	return n, n >= b.cfg.MaxQueued
 }
 
 // split sorts a group's members into usable ones and counts the masked and the stale.
@@ -998,7 +1072,8 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 		maxStale = max(maxStale, v-ep.StartVersion)
 		b.staleness.Observe(float64(v - ep.StartVersion))
 	}
-	batch := proto.Batch{Schema: proto.SchemaVersion, ID: "b-" + hex.EncodeToString(h.Sum(nil))[:24], Episodes: eps, TrainerVersion: v, ReleasedAt: time.Now().UnixNano()}
+	now := time.Now()
+	batch := proto.Batch{Schema: proto.SchemaVersion, ID: "b-" + hex.EncodeToString(h.Sum(nil))[:24], Episodes: eps, TrainerVersion: v, ReleasedAt: now.UnixNano()}
 	data, err := codec.Marshal(batch, proto.MaxBatchBytes)
 	if err != nil {
 		return err
@@ -1006,6 +1081,11 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, batch.ID, data); err != nil {
 		return fmt.Errorf("publish batch %s: %w", batch.ID, err)
 	}
+	turns := 0
+	for _, ep := range eps {
+		turns += len(ep.Turns)
+	}
+	b.pace.released(batch.ID, now, turns)
 	b.batches.Inc()
 	b.count(func(s *Stats) {
 		s.Batches++

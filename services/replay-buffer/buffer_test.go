@@ -63,11 +63,17 @@ func (m *mesh) conn(t *testing.T) *nats.Conn {
 // setVersion publishes the trainer's version record, as the trainer does.
 func (m *mesh) setVersion(t *testing.T, v int64) {
 	t.Helper()
+	m.applied(t, v, "")
+}
+
+// applied puts version v in the policy bucket as the trainer does after applying batch batchID.
+func (m *mesh) applied(t *testing.T, v int64, batchID string) {
+	t.Helper()
 	kv, err := m.js.KeyValue(testCtx(t), proto.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := codec.Marshal(proto.PolicyVersion{Schema: proto.SchemaVersion, Version: v, Object: proto.WeightsObject(v)}, 0)
+	b, err := codec.Marshal(proto.PolicyVersion{Schema: proto.SchemaVersion, Version: v, Object: proto.WeightsObject(v), BatchID: batchID}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,6 +534,10 @@ func TestNewValidates(t *testing.T) {
 		{"negative batch size", replaybuffer.Config{BatchSize: -1}, nc, false},
 		{"negative eta", replaybuffer.Config{Eta: -1}, nc, false},
 		{"negative min group", replaybuffer.Config{MinGroup: -2}, nc, false},
+		{"lead", replaybuffer.Config{Lead: 50 * time.Millisecond, MaxQueued: 1}, nc, true},
+		{"negative lead", replaybuffer.Config{Lead: -time.Millisecond}, nc, false},
+		{"lead over a minute", replaybuffer.Config{Lead: 2 * time.Minute}, nc, false},
+		{"lead without a queue bound", replaybuffer.Config{Lead: time.Millisecond, MaxQueued: -1}, nc, false},
 		{"no connection", replaybuffer.Config{}, nil, false},
 	}
 	for _, tc := range tests {

@@ -1,6 +1,7 @@
 package replaybuffer_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -71,3 +73,103 @@ func TestReleaseWaitsWhileTheTrainerHasEnoughQueued(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the third batch", func() bool { return m.msgs(t, proto.StreamBatches) == 3 })
 }
+
+// queueConsumers creates the advantage-normalizer's and the trainer's consumers, whose backlog is the queue
+// MaxQueued bounds, and returns the normalizer's.
+func queueConsumers(t *testing.T, m *mesh) jetstream.Consumer {
+	t.Helper()
+	ctx := testCtx(t)
+	norm, err := m.js.CreateOrUpdateConsumer(ctx, proto.StreamBatches, bus.ConsumerConfig(proto.ConsumerNormalizer, proto.SubjectBatches, 64, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.js.CreateOrUpdateConsumer(ctx, proto.StreamTrain, bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 64, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	return norm
+}
+
+// A batch composed while another is queued trains after it, one version later: its staleness is counted at
+// that version, so a group that would be stale by then is dropped at the buffer and a fresher one takes
+// its place, instead of the trainer dropping it from a batch that then trains short.
+func TestBatchBehindAQueuedOneIsComposedForTheVersionAfter(t *testing.T) {
+	m := newMesh(t)
+	queueConsumers(t, m)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 1, GroupTimeout: time.Minute, MaxQueued: 2})
+	m.publish(t, ep("g-first", 0, 2, 0), "")
+	m.publish(t, ep("g-first", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "the first batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	// Start version -1 is within eta 1 of version 0, not of version 1, which the next batch trains at.
+	m.publish(t, ep("g-old", 0, 2, -1), "")
+	m.publish(t, ep("g-old", 1, 2, -1), "")
+	m.publish(t, ep("g-new", 0, 2, 0), "")
+	m.publish(t, ep("g-new", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "the second batch", func() bool { return m.msgs(t, proto.StreamBatches) == 2 })
+	b := m.batch(t, 2)
+	if b.TrainerVersion != 1 || len(b.Episodes) != 2 || b.Episodes[0].GroupID != "g-new" {
+		t.Fatalf("second batch composed for version %d with %v, want version 1 with g-new", b.TrainerVersion, ids(b))
+	}
+	eventually(t, 10*time.Second, "g-old dropped as stale", func() bool { return r.b.Stats().DroppedStale == 2 })
+	if got := m.batch(t, 1).TrainerVersion; got != 0 {
+		t.Fatalf("first batch composed for version %d, want 0 (nothing queued ahead of it)", got)
+	}
+}
+
+// With Lead, the next batch is released shortly before the trainer's step is expected to end, although
+// the one it trains fills MaxQueued 1: a version then finds its next batch already queued. Without Lead
+// the next batch waits for the version.
+func TestLeadComposesBeforeTheStepEnds(t *testing.T) {
+	for _, lead := range []time.Duration{0, 300 * time.Millisecond} {
+		t.Run(fmt.Sprintf("lead %v", lead), func(t *testing.T) {
+			m := newMesh(t)
+			norm := queueConsumers(t, m)
+			m.setVersion(t, 0)
+			m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 20, GroupTimeout: time.Minute, MaxQueued: 1, Lead: lead})
+			const steps, step = 8, 600 * time.Millisecond
+			for g := range steps + 1 {
+				m.publish(t, ep(fmt.Sprintf("g%d", g), 0, 2, 0), "")
+				m.publish(t, ep(fmt.Sprintf("g%d", g), 1, 2, 0), "")
+			}
+			// A trainer that takes each batch, works for step, and publishes the version that applied it
+			// before acking it, as the trainer does; it counts the versions whose next batch was out already.
+			ready := 0
+			for v := int64(1); v <= steps; v++ {
+				msgs, err := norm.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got jetstream.Msg
+				for msg := range msgs.Messages() {
+					got = msg
+				}
+				if got == nil {
+					t.Fatalf("no batch for version %d", v)
+				}
+				time.Sleep(step)
+				var b proto.Batch
+				if err := codec.Unmarshal(got.Data(), &b); err != nil {
+					t.Fatal(err)
+				}
+				if m.msgs(t, proto.StreamBatches) > uint64(v) {
+					ready++
+				}
+				m.applied(t, v, b.ID)
+				if err := got.Ack(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The step durations are learned from the first versions; from then on each step's next batch is out
+			// Lead before its end.
+			if lead == 0 && ready != 0 {
+				t.Fatalf("without lead, %d of %d versions found their next batch released before them", ready, steps)
+			}
+			if lead > 0 && ready < steps-paceWarmup {
+				t.Fatalf("with lead %v, %d of %d versions found their next batch released before them, want at least %d", lead, ready, steps, steps-paceWarmup)
+			}
+		})
+	}
+}
+
+// paceWarmup bounds the steps before the buffer has seen enough of them to expect their end.
+const paceWarmup = 4

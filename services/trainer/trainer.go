@@ -239,8 +239,10 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if err := t.publishVersion(ctx, st, false); err != nil {
 		return err
 	}
+	// Two batches may be delivered and unacked: the one being applied and the next, which then arrives while
+	// this one trains instead of after its ack. They are still applied one at a time, in order.
 	cons, err := st.js.CreateOrUpdateConsumer(ctx, proto.StreamTrain,
-		bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 1, ackWait))
+		bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 2, ackWait))
 	if err != nil {
 		return fmt.Errorf("trainer consumer: %w", err)
 	}

@@ -34,7 +34,9 @@ type Config struct {
 	// MaxBatchSize bounds the replay-buffer's variable batch (0: twice BatchSize).
 	MaxBatchSize int
 	// MaxQueued bounds the batches released and not yet applied (replaybuffer.Config.MaxQueued; 0: 2).
-	MaxQueued  int
+	MaxQueued int
+	// Lead composes the next batch this long before the trainer's step should end (replaybuffer.Config.Lead).
+	Lead       time.Duration
 	Eta        int
 	EnvHosts   int
 	Rollouts   int
@@ -148,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if c, err = m.connect(ctx, "replay-buffer"); err != nil {
 		return nil, err
 	}
-	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued},
+	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued, Lead: cfg.Lead},
 		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger(), Metrics: cfg.registerer("replay-buffer")}); err != nil {
 		return nil, err
 	}

@@ -17,12 +17,13 @@ type cli struct {
 	GroupTimeout   time.Duration `name:"group-timeout" env:"JETRL_GROUP_TIMEOUT" default:"2m" help:"Release a group missing members after this long."`
 	ReplicaTimeout time.Duration `name:"replica-timeout" env:"JETRL_REPLICA_TIMEOUT" default:"10s" help:"Release a group sooner when its rollout replica goes on beating without listing it for this long (a replica that stopped beating is left to the group timeout; negative: off)."`
 	MaxQueued      int           `name:"max-queued" env:"JETRL_MAX_QUEUED" default:"2" help:"Most batches released and not yet applied by the trainer (negative: no bound)."`
+	Lead           time.Duration `name:"lead" env:"JETRL_LEAD" default:"0s" help:"Compose the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued (0: off)."`
 }
 
 func main() {
 	var c cli
 	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
-		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued},
+		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
