@@ -41,14 +41,7 @@ func TestOldestAdmissionsAreBatchedFirst(t *testing.T) {
 // With MaxQueued 2, a third batch waits in the buffer until the trainer takes one of the two queued.
 func TestReleaseWaitsWhileTheTrainerHasEnoughQueued(t *testing.T) {
 	m := newMesh(t)
-	ctx := testCtx(t)
-	norm, err := m.js.CreateOrUpdateConsumer(ctx, proto.StreamBatches, bus.ConsumerConfig(proto.ConsumerNormalizer, proto.SubjectBatches, 64, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.js.CreateOrUpdateConsumer(ctx, proto.StreamTrain, bus.ConsumerConfig(proto.ConsumerTrainer, proto.SubjectTrain, 64, time.Minute)); err != nil {
-		t.Fatal(err)
-	}
+	norm := queueConsumers(t, m)
 	m.setVersion(t, 0)
 	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 2, GroupTimeout: time.Minute, MaxQueued: 2})
 	for _, g := range []string{"g1", "g2", "g3"} {
