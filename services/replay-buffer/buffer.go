@@ -78,8 +78,10 @@ type Config struct {
 	MaxQueued int
 	// Lead, when above 0, composes the next batch this long before the trainer's current step is expected
 	// to end, although MaxQueued batches are queued: the trainer then finds it waiting instead of idling
-	// while it is composed and normalized. The expected end is the step's start plus the median of the
-	// trainer's last steps, as the policy versions show them. 0: off.
+	// while it is composed and normalized. The expected end is the step's start plus its batch's turns
+	// times the trainer's median time per turn over its last steps, as the policy versions show them
+	// (pace); while a group the next batch is the last to take is still open, that batch waits until
+	// Lead/4 before the end. 0: off.
 	Lead time.Duration
 }
 
