@@ -325,7 +325,9 @@ type Batch struct {
 	Schema   int       `msgpack:"schema"`
 	ID       string    `msgpack:"id"`
 	Episodes []Episode `msgpack:"episodes"`
-	// TrainerVersion is the policy version the replay-buffer saw when it released the batch.
+	// TrainerVersion is the policy version the batch was composed for: the one the replay-buffer saw when
+	// it released the batch plus the batches released ahead of it and not yet applied; staleness is
+	// counted against it.
 	TrainerVersion int64 `msgpack:"trainer_version"`
 	ReleasedAt     int64 `msgpack:"released_at"`
 }

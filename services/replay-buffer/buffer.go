@@ -1068,7 +1068,9 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale int
 func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []proto.Episode, v int64) error {
 	h := sha256.New()
 	maxStale := int64(0)
+	turns := 0
 	for _, ep := range eps {
+		turns += len(ep.Turns)
 		h.Write([]byte(ep.ID))
 		h.Write([]byte{0})
 		maxStale = max(maxStale, v-ep.StartVersion)
@@ -1082,10 +1084,6 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	}
 	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, batch.ID, data); err != nil {
 		return fmt.Errorf("publish batch %s: %w", batch.ID, err)
-	}
-	turns := 0
-	for _, ep := range eps {
-		turns += len(ep.Turns)
 	}
 	b.pace.released(batch.ID, now, turns)
 	b.batches.Inc()

@@ -8,7 +8,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 )
 
-// paceSamples is how many of the trainer's last steps the expected step duration is the median of, and
+// paceSamples is how many of the trainer's last steps the expected time per turn is the median of, and
 // paceMinSamples how many it needs before it expects anything.
 const (
 	paceSamples    = 9
