@@ -81,10 +81,13 @@ type trialResult struct {
 	DroppedStale    int64   `json:"dropped_stale"`
 	// DroppedStaleByTask is the replay-buffer's part of DroppedStale by task family (the trainer's own
 	// drops, of batches that went stale in its queue, are not split).
-	DroppedStaleByTask map[string]int64              `json:"dropped_stale_by_task_buffer"`
-	InfraFailures      int64                         `json:"infra_failures"`
-	HeldOut            map[string]rollout.EvalResult `json:"heldout,omitempty"`
-	HeldOutSuccess     float64                       `json:"heldout_success"`
+	DroppedStaleByTask map[string]int64 `json:"dropped_stale_by_task_buffer"`
+	// CutPlaying counts members still playing when the replay-buffer took their group without them
+	// (--cut); they are not trained and not in DroppedStale.
+	CutPlaying     int64                         `json:"cut_playing"`
+	InfraFailures  int64                         `json:"infra_failures"`
+	HeldOut        map[string]rollout.EvalResult `json:"heldout,omitempty"`
+	HeldOutSuccess float64                       `json:"heldout_success"`
 	// HeldOutCurve is held-out success along the window (trialConfig.HeldOutPoints > 1): at its start, then
 	// after each equal part; the last point is HeldOut's.
 	HeldOutCurve []heldOutPoint `json:"heldout_curve,omitempty"`
@@ -275,7 +278,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
 	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
-	res.DroppedStaleByTask = bs.DroppedStaleByTask
+	res.DroppedStaleByTask, res.CutPlaying = bs.DroppedStaleByTask, bs.Cut
 	for _, r := range m.Rollouts {
 		res.InfraFailures += r.Status().InfraFailures
 	}

@@ -51,6 +51,7 @@ type benchAsyncCmd struct {
 	Eta           int           `name:"eta" default:"2" help:"Staleness bound of the asynchronous mode."`
 	MaxQueued     int           `name:"max-queued" default:"1" help:"Most batches released and not yet applied, in both modes (1: the next batch is composed when the trainer takes one, so none goes stale in its queue; negative: no bound)."`
 	Lead          time.Duration `name:"lead" default:"100ms" help:"The replay-buffer composes the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued, in both modes, so the trainer finds it waiting (0: off)."`
+	Cut           float64       `name:"cut" default:"0" help:"The replay-buffer takes a group still playing when the last batch that can take it is composed, without the members still playing, once this share of it has arrived, in both modes (0: off; the group then goes stale whole)."`
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
@@ -147,6 +148,7 @@ type asyncWorkload struct {
 	BatchSize       int      `json:"batch_size"`
 	MaxQueued       int      `json:"max_queued"`
 	LeadMS          float64  `json:"lead_ms"`
+	Cut             float64  `json:"cut"`
 	HeldOutPoints   int      `json:"heldout_points"`
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
@@ -223,6 +225,9 @@ func (c *benchAsyncCmd) Validate() error {
 	if c.Lead < 0 || c.Lead > time.Minute || (c.Lead > 0 && c.MaxQueued < 1) {
 		errs = append(errs, fmt.Errorf("--lead %v must be in [0, 1m], and above 0 only with --max-queued at least 1 (not %d)", c.Lead, c.MaxQueued))
 	}
+	if !(c.Cut >= 0 && c.Cut <= 1) {
+		errs = append(errs, fmt.Errorf("--cut %v must be a share in [0, 1]", c.Cut))
+	}
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
@@ -272,7 +277,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg.Loss.Correction, tcfg.Loss.ISCap = c.Correction, c.ISCap
 	return trialConfig{
 		Mesh: mesh.Config{
-			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Eta: eta,
+			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, Eta: eta,
 			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 			Rollout: rollout.Config{Concurrency: c.concurrency()},
 		},
@@ -316,7 +321,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
 		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
-		MaxQueued: c.MaxQueued, LeadMS: benchMillis(c.Lead), HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		MaxQueued: c.MaxQueued, LeadMS: benchMillis(c.Lead), Cut: c.Cut, HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
 		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
@@ -557,8 +562,8 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		_ = w.Flush()
 		fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
-		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; infrastructure failures: sync %d, async %d\n",
-			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.InfraFailures, p.Async.InfraFailures)
+		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; cut while playing: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
+			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.CutPlaying, p.Async.CutPlaying, p.Sync.InfraFailures, p.Async.InfraFailures)
 		if p.HeldOutCurveSync != nil && p.HeldOutCurveAsync != nil {
 			fmt.Printf("held-out along the window (trained episodes: success): sync %s; async %s; mean after the start: sync %.1f%%, async %.1f%%\n",
 				curveString(p.Sync.HeldOutCurve), curveString(p.Async.HeldOutCurve), 100**p.HeldOutCurveSync, 100**p.HeldOutCurveAsync)

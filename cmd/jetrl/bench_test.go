@@ -50,7 +50,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
 		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LR: 0.0035,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
-		MaxQueued: 1, Lead: 100 * time.Millisecond, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
+		MaxQueued: 1, Lead: 100 * time.Millisecond, Cut: 0.75, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -99,8 +99,11 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
 		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
 	}
-	if res.Workload.LeadMS != 100 {
-		t.Errorf("workload lead %v ms, want the --lead of 100 ms", res.Workload.LeadMS)
+	if res.Workload.LeadMS != 100 || res.Workload.Cut != 0.75 {
+		t.Errorf("workload lead %v ms and cut %v, want the --lead of 100 ms and the --cut of 0.75", res.Workload.LeadMS, res.Workload.Cut)
+	}
+	if as, _ := out["async"].(map[string]any); as == nil || as["cut_playing"] == nil {
+		t.Errorf("JSON async %v has no cut_playing", out["async"])
 	}
 	if res.Workload.LearningRate != c.LR {
 		t.Errorf("learning rate %v at %d epochs, want --lr %v whatever the epochs", res.Workload.LearningRate, cal.ChosenEpochs, c.LR)
@@ -263,6 +266,13 @@ func TestBenchFlagsValidate(t *testing.T) {
 			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: 1, Lead: tc.lead, MaxQueued: tc.maxQueued}
 		if err := bl.Validate(); (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "--lead")) {
 			t.Fatalf("--lead %v --max-queued %d: err = %v, want ok %v (an error naming --lead)", tc.lead, tc.maxQueued, err, tc.ok)
+		}
+	}
+	for _, cut := range []float64{-0.5, 1.5} {
+		bc := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LR: 0.0035, EnvHosts: 1,
+			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: 1, Cut: cut, MaxQueued: 1}
+		if err := bc.Validate(); err == nil || !strings.Contains(err.Error(), "--cut") {
+			t.Fatalf("--cut %v: err = %v, want one that names --cut", cut, err)
 		}
 	}
 	negLR := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 8, GroupSize: 4, BatchSize: 8, Eta: 2, Epochs: 1, LREpochs: -1, EnvHosts: 1,

@@ -151,7 +151,7 @@ func serviceChecks(s *upCmd) error {
 	if err := rcfg.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	bcfg := replaybuffer.Config{BatchSize: s.BatchSize, MaxBatchSize: s.MaxBatchSize, Eta: s.Eta, MaxQueued: s.MaxQueued, Lead: s.Lead}
+	bcfg := replaybuffer.Config{BatchSize: s.BatchSize, MaxBatchSize: s.MaxBatchSize, Eta: s.Eta, MaxQueued: s.MaxQueued, Lead: s.Lead, Cut: s.Cut}
 	bcfg.SetDefaults()
 	if err := bcfg.Validate(); err != nil {
 		errs = append(errs, err)

@@ -83,6 +83,13 @@ type Config struct {
 	// (pace); while a group the next batch is the last to take is still open, that batch waits until
 	// Lead/4 before the end. 0: off.
 	Lead time.Duration
+	// Cut, when above 0, lets a group still playing train without its last members rather than go stale
+	// whole: when a batch is composed for version v, a group admitted at v - Eta (this is the last batch
+	// that can take it) is taken with the members that have arrived, once they are at least this share of
+	// the group (and MinGroup usable). The members still playing are cut: counted, their admissions given
+	// back, and counted late when they arrive. 0: off (a group trains whole, or not at all once stale,
+	// unless its members time out).
+	Cut float64
 }
 
 // SetDefaults fills unset fields.
@@ -131,6 +138,9 @@ func (c *Config) Validate() error {
 	if c.Lead < 0 || c.Lead > time.Minute {
 		errs = append(errs, fmt.Errorf("replay-buffer: lead %v must be in [0, 1m]", c.Lead))
 	}
+	if !(c.Cut >= 0 && c.Cut <= 1) {
+		errs = append(errs, fmt.Errorf("replay-buffer: cut %v must be a share in [0, 1]", c.Cut))
+	}
 	if c.Lead > 0 && c.MaxQueued < 1 {
 		errs = append(errs, fmt.Errorf("replay-buffer: lead %v needs max queued at least 1, not %d", c.Lead, c.MaxQueued))
 	}
@@ -175,6 +185,8 @@ type group struct {
 	// refunded counts the admissions given back while the group waited in the ready list (members that
 	// are missing, masked or stale); settle gives back the rest.
 	refunded int
+	// cut says the group was taken while members still played, at its last chance (Config.Cut).
+	cut bool
 }
 
 // Buffer is the replay-buffer.
@@ -238,9 +250,11 @@ type Stats struct {
 	Masked       int64 `json:"masked_infra"`
 	DroppedGroup int64 `json:"dropped_small_group"`
 	Missing      int64 `json:"missing_timeout"`
-	Duplicates   int64 `json:"duplicates"`
-	Late         int64 `json:"late"`
-	GroupStarts  int64 `json:"group_starts"`
+	// Cut counts members still playing when their group was taken without them (Config.Cut).
+	Cut         int64 `json:"cut_playing"`
+	Duplicates  int64 `json:"duplicates"`
+	Late        int64 `json:"late"`
+	GroupStarts int64 `json:"group_starts"`
 	// Orphaned counts groups released before their group timeout because their rollout replica no longer
 	// plays them (see Config.ReplicaTimeout).
 	Orphaned int64 `json:"orphaned_groups"`
@@ -288,6 +302,9 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 
 // Running reports whether the buffer is consuming.
 func (b *Buffer) Running() bool { return b.running.Load() }
+
+// Version is the policy version the buffer last saw (-1 before the first).
+func (b *Buffer) Version() int64 { return b.version.Load() }
 
 // Stats returns a copy of the counters.
 func (b *Buffer) Stats() Stats {
@@ -844,6 +861,10 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 			wait = usable > 0 && usable < b.cfg.BatchSize
 		}
 	}
+	if !wait && usable > 0 && b.cut(v, log) {
+		slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
+		take, keep, _ = b.compose(v)
+	}
 	if wait {
 		// Groups with nothing to train (every member masked or stale, or too few left) never will have:
 		// they are settled now, so that their admissions go back to the staleness gate instead of holding
@@ -949,6 +970,35 @@ func (b *Buffer) dueOpen(v int64) bool {
 	return false
 }
 
+// cut moves to the ready list the open groups that a batch for version v is the last to take (admitted
+// at v - Eta) and that have enough members to train without those still playing (Config.Cut); it reports
+// whether it moved any.
+func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
+	if b.cfg.Cut <= 0 {
+		return false
+	}
+	moved := false
+	for _, g := range b.groups {
+		if g.startVersion != v-int64(b.cfg.Eta) {
+			continue
+		}
+		usable := 0
+		for _, m := range g.members {
+			if !m.ep.InfraFailure {
+				usable++
+			}
+		}
+		if usable < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
+			continue
+		}
+		log.Debug().Str("group", g.id).Int("have", len(g.members)).Int("want", g.size).Int64("version", v).Msg("group cut at its last batch")
+		g.cut = true
+		b.makeReady(g)
+		moved = true
+	}
+	return moved
+}
+
 // settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
 // how many of the others were masked or stale.
 type settled struct {
@@ -988,12 +1038,20 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 				}
 				s.DroppedStaleByTask[t.g.task] += int64(t.stale)
 			}
-			s.Missing += int64(missing)
+			if t.g.cut {
+				s.Cut += int64(missing)
+			} else {
+				s.Missing += int64(missing)
+			}
 			s.DroppedGroup += int64(small)
 		})
 		b.dropped.WithLabelValues("infra").Add(float64(t.masked))
 		b.dropped.WithLabelValues("stale").Add(float64(t.stale))
-		b.dropped.WithLabelValues("missing").Add(float64(missing))
+		if t.g.cut {
+			b.dropped.WithLabelValues("cut").Add(float64(missing))
+		} else {
+			b.dropped.WithLabelValues("missing").Add(float64(missing))
+		}
 		b.dropped.WithLabelValues("small-group").Add(float64(small))
 		for _, m := range t.g.members {
 			_ = m.msg.Ack()

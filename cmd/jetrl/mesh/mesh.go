@@ -36,7 +36,9 @@ type Config struct {
 	// MaxQueued bounds the batches released and not yet applied (replaybuffer.Config.MaxQueued; 0: 2).
 	MaxQueued int
 	// Lead composes the next batch this long before the trainer's step should end (replaybuffer.Config.Lead).
-	Lead       time.Duration
+	Lead time.Duration
+	// Cut takes a group still playing at its last batch without its last members (replaybuffer.Config.Cut).
+	Cut        float64
 	Eta        int
 	EnvHosts   int
 	Rollouts   int
@@ -150,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if c, err = m.connect(ctx, "replay-buffer"); err != nil {
 		return nil, err
 	}
-	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued, Lead: cfg.Lead},
+	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued, Lead: cfg.Lead, Cut: cfg.Cut},
 		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger(), Metrics: cfg.registerer("replay-buffer")}); err != nil {
 		return nil, err
 	}
