@@ -328,7 +328,7 @@ loop:
 	sum := runout.Summary{
 		Tasks: map[string]runout.TaskSummary{}, EpisodesTrained: tstats.EpisodesTrained, PolicyVersion: tstats.Version,
 		WallSeconds: wall.Seconds(), InfraFailures: infra, Seed: c.Seed,
-		Staleness:   runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped},
+		Staleness:   runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped, CutEpisodes: bstats.Cut},
 		Config:      effectiveSettings(c),
 		Interrupted: interrupt.Err() != nil,
 	}

@@ -105,6 +105,8 @@ type Staleness struct {
 	Eta             int   `json:"eta"`
 	MaxObserved     int64 `json:"max_observed"`
 	DroppedEpisodes int64 `json:"dropped_episodes"`
+	// CutEpisodes are members still playing when the replay-buffer took their group without them (--cut).
+	CutEpisodes int64 `json:"cut_playing"`
 }
 
 // Summary is summary.json.
