@@ -88,7 +88,8 @@ type Config struct {
 	// that can take it) is taken with the members that have arrived, once they are at least this share of
 	// the group (and MinGroup usable). The members still playing are cut: counted, their admissions given
 	// back, and counted late when they arrive. 0: off (a group trains whole, or not at all once stale,
-	// unless its members time out).
+	// unless its members time out). The members cut are the slowest, often the ones that wander to the
+	// turn limit, so a group taken without them under-weights failure: off by default.
 	Cut float64
 }
 
