@@ -82,11 +82,18 @@ func TestEmbeddedTrafficCountsMessages(t *testing.T) {
 	for range 10 {
 		<-got
 	}
-	after, err := srv.Traffic()
-	if err != nil {
-		t.Fatal(err)
+	// The server adds a read's inbound messages to its totals after it has delivered them, so the
+	// subscriber can have all 10 before the totals do: read them until both sides are in (or 5 s pass).
+	var d bus.Traffic
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		after, err := srv.Traffic()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d = after.Sub(before); (d.InMsgs >= 10 && d.OutMsgs >= 10) || time.Now().After(deadline) {
+			break
+		}
 	}
-	d := after.Sub(before)
 	// 10 publishes in and 10 deliveries out, of 100 bytes each (a PING/PONG of the flush is no message).
 	if d.InMsgs != 10 || d.OutMsgs != 10 || d.InBytes != 1000 || d.OutBytes != 1000 || d.Msgs() != 20 {
 		t.Fatalf("traffic of 10 messages of 100 B to one subscriber: %+v, want 10 in, 10 out, 1000 B each way", d)
