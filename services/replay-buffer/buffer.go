@@ -845,8 +845,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		return nil
 	}
 	b.held, b.wakeAt = false, time.Time{}
-	// Oldest admissions first: they are the nearest to the staleness bound.
-	slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
+	b.sortReady()
 	v := seen
 	take, keep, usable := b.compose(v)
 	wait := usable > 0 && usable < b.cfg.BatchSize // not enough yet: decide again with more groups or a new version
@@ -863,7 +862,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		}
 	}
 	if !wait && usable > 0 && b.cut(v, log) {
-		slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
+		b.sortReady()
 		take, keep, _ = b.compose(v)
 	}
 	if wait {
@@ -916,6 +915,11 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	}
 	b.ready = keep
 	return nil
+}
+
+// sortReady puts the oldest admissions first: they are the nearest to the staleness bound.
+func (b *Buffer) sortReady() {
+	slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
 }
 
 // compose goes through the ready groups (sorted, oldest admission first) as a batch composed for trainer
@@ -983,13 +987,7 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 		if g.startVersion != v-int64(b.cfg.Eta) {
 			continue
 		}
-		usable := 0
-		for _, m := range g.members {
-			if !m.ep.InfraFailure {
-				usable++
-			}
-		}
-		if usable < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
+		if ok, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
 			continue
 		}
 		log.Debug().Str("group", g.id).Int("have", len(g.members)).Int("want", g.size).Int64("version", v).Msg("group cut at its last batch")
@@ -1039,7 +1037,7 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 				}
 				s.DroppedStaleByTask[t.g.task] += int64(t.stale)
 			}
-			if t.g.cut {
+			if t.g.cut { // the members missing were still playing when the group was taken
 				s.Cut += int64(missing)
 			} else {
 				s.Missing += int64(missing)
