@@ -461,7 +461,7 @@ func chooseEpochs(runs []asyncCalibRun) int {
 // calibrate chooses the trainer's epochs (see asyncCalibration). Below the target the trainer waits for
 // data and its busy fraction grows with its work, but less than in proportion as it nears the target (the
 // wait for a batch's slowest groups remains), so the next run's epochs scale with the square of the
-// shortfall, at most doubling and at least one more.
+// shortfall, at most doubling and at least an eighth more (nextEpochs).
 func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say func(string, ...any)) (*asyncCalibration, error) {
 	cal := &asyncCalibration{TargetBusy: c.CalBusy}
 	e := c.CalEpochs
@@ -495,11 +495,20 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 		if e == calibrateMaxEpochs {
 			break
 		}
-		short := c.CalBusy / r.TrainerBusy
-		next := int(math.Ceil(float64(e) * short * short))
-		e = min(max(next, e+1), 2*e, calibrateMaxEpochs)
+		e = nextEpochs(e, r.TrainerBusy, c.CalBusy)
 	}
 	return cal, nil
+}
+
+// nextEpochs is the epochs of the calibration run after one at e epochs that kept the trainer busy the
+// fraction busy, short of target: e times the square of the shortfall, at most 2e and calibrateMaxEpochs,
+// and at least an eighth more than e (and one more). Near the target the busy fraction grows slowly with
+// the epochs, so the square alone steps by one epoch at a time there and calibrateRuns can end short of it.
+func nextEpochs(e int, busy, target float64) int {
+	short := target / busy
+	next := int(math.Ceil(float64(e) * short * short))
+	step := max(e+1, int(math.Ceil(float64(e)*9/8)))
+	return min(max(next, step), 2*e, calibrateMaxEpochs)
 }
 
 // calibrationWarmup is the batches a calibration run trains before its calibrateBatches measured ones, so

@@ -667,3 +667,25 @@ func TestCalibrationStopsAtAPlateau(t *testing.T) {
 		}
 	}
 }
+
+// Near the target the busy fraction grows slowly with the epochs, so the calibration steps by at least an
+// eighth: the runs 4, 8, 10, 11, 12 epochs that once ended the calibration at 96.1% now go 4, 8, 10, 12, 14.
+func TestCalibrationStepsAtLeastAnEighth(t *testing.T) {
+	for _, tc := range []struct {
+		epochs int
+		busy   float64
+		want   int
+	}{
+		{4, 0.548, 8},   // the square of the shortfall (12.5) is capped at twice the epochs
+		{8, 0.869, 10},  // the square of the shortfall: 9.97
+		{10, 0.934, 12}, // the square gives 10.8, an eighth more 11.25
+		{12, 0.948, 14}, // the square gives 12.6, an eighth more 13.5
+		{16, 0.96, 18},
+		{2, 0.96, 3},   // one more at least
+		{30, 0.90, 32}, // never past calibrateMaxEpochs
+	} {
+		if got := nextEpochs(tc.epochs, tc.busy, 0.97); got != tc.want {
+			t.Errorf("after %d epochs at %.1f%%: next %d, want %d", tc.epochs, 100*tc.busy, got, tc.want)
+		}
+	}
+}
