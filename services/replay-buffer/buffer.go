@@ -42,6 +42,9 @@ const (
 	// publishing it) starts again from queueRecheck.
 	queueRecheck    = time.Millisecond
 	queueRecheckMax = 50 * time.Millisecond
+	// recheckFloor is the least wait before a held release looks again, so a time to compose ahead
+	// that has just passed cannot make the run loop spin.
+	recheckFloor = 100 * time.Microsecond
 	// ackWait is short so that a restarted buffer gets a crashed one's episodes back soon; the episodes it
 	// holds are kept with in-progress acks every ackWait/3.
 	ackWait = 30 * time.Second
@@ -448,7 +451,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 			b.readyChanged = true // look again even if nothing arrives
 			wait := backoff
 			if !b.wakeAt.IsZero() {
-				wait = max(min(wait, time.Until(b.wakeAt)), 0)
+				wait = max(min(wait, time.Until(b.wakeAt)), recheckFloor)
 			}
 			recheck = time.After(wait)
 			backoff = min(2*backoff, queueRecheckMax)
@@ -1067,9 +1070,12 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 // queued is how many released batches the trainer has not applied yet, and whether that is MaxQueued or
 // more. It is the smaller of two counts: the batches pending or unacked at the advantage-normalizer's and
 // the trainer's consumers, which lags a new version until the trainer acks the batch it applied, and the
-// batches this buffer released that no version has applied, which misses those a previous buffer released
-// (the trainer checks staleness again, so a count too small costs episodes, never the bound). When a
-// consumer cannot be read (not created yet, or NATS busy) nothing is queued: the release is not held back.
+// batches this buffer released that no version has applied. That second count misses those a previous
+// buffer released, so it is used only once a version has named one of this buffer's batches (by then the
+// trainer has applied every older one); until then the consumers' count stands alone, and its lag can
+// only hold a release back until the next look. When a consumer cannot be read (not created yet, or NATS
+// busy) nothing is queued: the release is not held back (the trainer checks staleness again, so a count
+// too small costs episodes, never the bound).
 func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (ahead int, full bool) {
 	if b.cfg.MaxQueued < 0 {
 		return b.pace.ahead(), false
@@ -1096,7 +1102,9 @@ func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog
 		}
 		n += int(info.NumPending) + info.NumAckPending
 	}
-	n = min(n, b.pace.ahead())
+	if b.pace.complete() {
+		n = min(n, b.pace.ahead())
+	}
 	return n, n >= b.cfg.MaxQueued
 }
 

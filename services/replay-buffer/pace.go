@@ -29,6 +29,10 @@ type pace struct {
 	// the later of the previous version and the release of the batch applied, to the version that applied
 	// it; the trainer's work grows with the turns it trains on, which vary from batch to batch.
 	perTurn []float64
+	// whole is set once a version named a batch this buffer released: the trainer applies batches in
+	// the order they were queued, so from then on open holds every batch it has not applied. Until then
+	// batches a previous buffer released may be queued ahead of this buffer's, and open misses them.
+	whole bool
 }
 
 type released struct {
@@ -68,6 +72,7 @@ func (p *pace) applied(rec proto.PolicyVersion, at time.Time) {
 			}
 		}
 		p.open = slices.Delete(p.open, 0, i+1)
+		p.whole = true
 	}
 	p.version, p.versionAt = rec.Version, at
 }
@@ -78,6 +83,13 @@ func (p *pace) ahead() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.open)
+}
+
+// complete reports whether ahead counts every batch the trainer has not applied (see whole).
+func (p *pace) complete() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.whole
 }
 
 // stepEnd is when the trainer's current step should end: its start (the later of the last version and

@@ -21,7 +21,13 @@ func TestPaceExpectsTheStepEndFromTheTurnsInTheBatch(t *testing.T) {
 	// Three steps of 100 turns: 200 ms, 300 ms (released 100 ms after its version: 200 ms from the release),
 	// then 250 ms. Time per turn 2, 2 and 2.5 ms; the median is 2 ms.
 	p.released("b1", at(0), 100)
+	if p.complete() {
+		t.Fatal("the pace counts every queued batch before a version named one of its own")
+	}
 	p.applied(proto.PolicyVersion{Version: 1, BatchID: "b1"}, at(200))
+	if !p.complete() {
+		t.Fatal("the pace does not count every queued batch after a version named its first")
+	}
 	p.released("b2", at(300), 100)
 	p.applied(proto.PolicyVersion{Version: 2, BatchID: "b2"}, at(500))
 	if _, ok := p.stepEnd(); ok {
@@ -53,5 +59,13 @@ func TestPaceExpectsTheStepEndFromTheTurnsInTheBatch(t *testing.T) {
 	p.applied(proto.PolicyVersion{Version: 5, BatchID: "other"}, at(1700))
 	if n := p.ahead(); n != 1 {
 		t.Fatalf("%d batches ahead, want 1", n)
+	}
+	// A new buffer's pace: versions naming a previous buffer's batches leave it incomplete.
+	q := newPace()
+	q.applied(proto.PolicyVersion{Version: 7, BatchID: "old-1"}, at(0))
+	q.released("n1", at(10), 10)
+	q.applied(proto.PolicyVersion{Version: 8, BatchID: "old-2"}, at(20))
+	if q.complete() || q.ahead() != 1 {
+		t.Fatalf("complete %v with %d ahead after versions of a previous buffer's batches, want false and 1", q.complete(), q.ahead())
 	}
 }

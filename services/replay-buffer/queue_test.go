@@ -109,6 +109,38 @@ func TestBatchBehindAQueuedOneIsComposedForTheVersionAfter(t *testing.T) {
 	}
 }
 
+// A batch a previous buffer released and the trainer has not applied yet counts as queued: this buffer's
+// first batch is composed for the version after it, although this buffer has released nothing.
+func TestBatchQueuedByAPreviousBufferCounts(t *testing.T) {
+	m := newMesh(t)
+	queueConsumers(t, m)
+	m.setVersion(t, 0)
+	prev, err := codec.Marshal(proto.Batch{Schema: proto.SchemaVersion, ID: "previous-buffer-batch", Episodes: []proto.Episode{ep("g-prev", 0, 2, 0), ep("g-prev", 1, 2, 0)}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.js.Publish(testCtx(t), proto.SubjectBatches, prev); err != nil {
+		t.Fatal(err)
+	}
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 1, GroupTimeout: time.Minute, MaxQueued: 2})
+	// Start version -1 is within eta 1 of version 0, not of version 1, which the next batch trains at.
+	m.publish(t, ep("g-old", 0, 2, -1), "")
+	m.publish(t, ep("g-old", 1, 2, -1), "")
+	m.publish(t, ep("g-new", 0, 2, 0), "")
+	m.publish(t, ep("g-new", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "4 episodes batched or dropped", func() bool { st := r.b.Stats(); return st.Batched+st.DroppedStale == 4 })
+	if n := m.msgs(t, proto.StreamBatches); n != 2 {
+		t.Fatalf("%d batches in the stream, want the previous buffer's and one of this buffer's", n)
+	}
+	b := m.batch(t, 2)
+	if b.TrainerVersion != 1 || len(b.Episodes) != 2 || b.Episodes[0].GroupID != "g-new" {
+		t.Fatalf("first batch composed for version %d with %v, want version 1 with g-new", b.TrainerVersion, ids(b))
+	}
+	if st := r.b.Stats(); st.DroppedStale != 2 {
+		t.Fatalf("%d episodes dropped as stale, want g-old's 2", st.DroppedStale)
+	}
+}
+
 // With Lead, the next batch is released shortly before the trainer's step is expected to end, although
 // the one it trains fills MaxQueued 1: a version then finds its next batch already queued. Without Lead
 // the next batch waits for the version.
