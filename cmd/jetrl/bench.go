@@ -82,6 +82,13 @@ type trialResult struct {
 	// DroppedStaleByTask is the replay-buffer's part of DroppedStale by task family (the trainer's own
 	// drops, of batches that went stale in its queue, are not split).
 	DroppedStaleByTask map[string]int64 `json:"dropped_stale_by_task_buffer"`
+	// TrainedByTask counts the episodes the replay-buffer batched, by family; TrainedSuccessByTask is the
+	// share of them that succeeded and StaleSuccessByTask the share of its stale drops that did (each over
+	// the whole trial, its warm-up included). A family whose stale drops succeed far more often than its
+	// trained episodes loses its successes to the staleness bound.
+	TrainedByTask        map[string]int64   `json:"trained_by_task,omitempty"`
+	TrainedSuccessByTask map[string]float64 `json:"trained_success_by_task,omitempty"`
+	StaleSuccessByTask   map[string]float64 `json:"stale_success_by_task,omitempty"`
 	// CutPlaying counts members still playing when the replay-buffer took their group without them
 	// (--cut); they are not trained and not in DroppedStale.
 	CutPlaying     int64                         `json:"cut_playing"`
@@ -279,6 +286,9 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
 	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
 	res.DroppedStaleByTask, res.CutPlaying = bs.DroppedStaleByTask, bs.Cut
+	res.TrainedByTask = bs.BatchedByTask
+	res.TrainedSuccessByTask = shareByTask(bs.BatchedWonByTask, bs.BatchedByTask)
+	res.StaleSuccessByTask = shareByTask(bs.DroppedStaleWonByTask, bs.DroppedStaleByTask)
 	for _, r := range m.Rollouts {
 		res.InfraFailures += r.Status().InfraFailures
 	}
@@ -368,4 +378,18 @@ func benchCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// shareByTask is won[t]/of[t] for every family with episodes in of (nil when of is empty).
+func shareByTask(won, of map[string]int64) map[string]float64 {
+	if len(of) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(of))
+	for t, n := range of {
+		if n > 0 {
+			out[t] = float64(won[t]) / float64(n)
+		}
+	}
+	return out
 }

@@ -573,6 +573,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; cut while playing: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.CutPlaying, p.Async.CutPlaying, p.Sync.InfraFailures, p.Async.InfraFailures)
+		if len(p.Async.StaleSuccessByTask) > 0 {
+			fmt.Printf("success of trained episodes: sync %s, async %s; of async stale drops: %s\n",
+				shareByTaskString(p.Sync.TrainedSuccessByTask), shareByTaskString(p.Async.TrainedSuccessByTask), shareByTaskString(p.Async.StaleSuccessByTask))
+		}
 		if p.HeldOutCurveSync != nil && p.HeldOutCurveAsync != nil {
 			fmt.Printf("held-out along the window (trained episodes: success): sync %s; async %s; mean after the start: sync %.1f%%, async %.1f%%\n",
 				curveString(p.Sync.HeldOutCurve), curveString(p.Async.HeldOutCurve), 100**p.HeldOutCurveSync, 100**p.HeldOutCurveAsync)
@@ -630,6 +634,19 @@ func staleByTaskString(m map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", n, m[n])
 	}
 	return " (replay-buffer: " + strings.Join(parts, ", ") + ")"
+}
+
+// shareByTaskString shows a share per family, sorted by name.
+func shareByTaskString(m map[string]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.1f%%", n, 100*m[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // trialHeldOutString shows the mean held-out success and each task's.

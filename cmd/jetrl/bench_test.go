@@ -139,6 +139,14 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		if r.Episodes < c.Episodes || r.EpisodesTrained < c.Episodes+c.Warmup*int64(c.BatchSize) || len(r.HeldOut) != 1 {
 			t.Errorf("trial %+v: want at least %d episodes measured and a held-out score for db", r, c.Episodes)
 		}
+		if sh, ok := r.TrainedSuccessByTask["db"]; !ok || len(r.TrainedSuccessByTask) != 1 || sh < 0 || sh > 1 {
+			t.Errorf("trained success by task %v, want db's share in [0, 1]", r.TrainedSuccessByTask)
+		}
+		for task, sh := range r.StaleSuccessByTask {
+			if task != "db" || sh < 0 || sh > 1 || r.DroppedStaleByTask[task] == 0 {
+				t.Errorf("stale success by task %v (stale drops %v), want db's share in [0, 1] of its drops", r.StaleSuccessByTask, r.DroppedStaleByTask)
+			}
+		}
 		benchCheckCurve(t, r, c)
 	}
 	for i, p := range res.Pairs {

@@ -273,6 +273,13 @@ type Stats struct {
 	PendingGroups int   `json:"pending_groups"`
 	// DroppedStaleByTask splits DroppedStale by task family.
 	DroppedStaleByTask map[string]int64 `json:"dropped_stale_by_task,omitempty"`
+	// DroppedStaleWonByTask counts the successful episodes among DroppedStaleByTask: next to
+	// BatchedWonByTask/BatchedByTask it shows whether the staleness bound drops a family's successes more
+	// often than its failures (slow successes would bias what the trainer sees).
+	DroppedStaleWonByTask map[string]int64 `json:"dropped_stale_won_by_task,omitempty"`
+	// BatchedByTask splits Batched by task family; BatchedWonByTask counts the successful among them.
+	BatchedByTask    map[string]int64 `json:"batched_by_task,omitempty"`
+	BatchedWonByTask map[string]int64 `json:"batched_won_by_task,omitempty"`
 }
 
 // New validates the configuration and builds the buffer.
@@ -316,6 +323,8 @@ func (b *Buffer) Stats() Stats {
 	defer b.mu.Unlock()
 	s := b.stats
 	s.DroppedStaleByTask = maps.Clone(b.stats.DroppedStaleByTask)
+	s.DroppedStaleWonByTask = maps.Clone(b.stats.DroppedStaleWonByTask)
+	s.BatchedByTask, s.BatchedWonByTask = maps.Clone(b.stats.BatchedByTask), maps.Clone(b.stats.BatchedWonByTask)
 	return s
 }
 
@@ -930,7 +939,7 @@ func (b *Buffer) sortReady() {
 // for a later batch, and the usable episodes taken.
 func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 	for _, g := range b.ready {
-		ok, masked, stale := b.split(g, v)
+		ok, masked, stale, staleWon := b.split(g, v)
 		if len(ok) < b.cfg.MinGroup {
 			ok = nil
 		}
@@ -939,7 +948,7 @@ func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 			continue
 		}
 		usable += len(ok)
-		take = append(take, settled{g, ok, masked, stale})
+		take = append(take, settled{g, ok, masked, stale, staleWon})
 	}
 	return take, keep, usable
 }
@@ -990,7 +999,7 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 		if g.startVersion != v-int64(b.cfg.Eta) {
 			continue
 		}
-		if ok, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
+		if ok, _, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
 			continue
 		}
 		log.Debug().Str("group", g.id).Int("have", len(g.members)).Int("want", g.size).Int64("version", v).Msg("group cut at its last batch")
@@ -1002,11 +1011,11 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 }
 
 // settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
-// how many of the others were masked or stale.
+// how many of the others were masked or stale, and how many of the stale succeeded.
 type settled struct {
-	g             *group
-	ok            []proto.Episode
-	masked, stale int
+	g                       *group
+	ok                      []proto.Episode
+	masked, stale, staleWon int
 }
 
 // owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
@@ -1039,6 +1048,12 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 					s.DroppedStaleByTask = map[string]int64{}
 				}
 				s.DroppedStaleByTask[t.g.task] += int64(t.stale)
+				if t.staleWon > 0 {
+					if s.DroppedStaleWonByTask == nil {
+						s.DroppedStaleWonByTask = map[string]int64{}
+					}
+					s.DroppedStaleWonByTask[t.g.task] += int64(t.staleWon)
+				}
 			}
 			if t.g.cut { // the members missing were still playing when the group was taken
 				s.Cut += int64(missing)
@@ -1108,8 +1123,9 @@ func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog
 	return n, n >= b.cfg.MaxQueued
 }
 
-// split sorts a group's members into usable ones and counts the masked and the stale.
-func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale int) {
+// split sorts a group's members into usable ones and counts the masked, the stale and the stale that
+// succeeded.
+func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, staleWon int) {
 	ids := make([]string, 0, len(g.members))
 	for id := range g.members {
 		ids = append(ids, id)
@@ -1122,11 +1138,14 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale int
 			masked++
 		case v-ep.StartVersion > int64(b.cfg.Eta):
 			stale++
+			if ep.Success() {
+				staleWon++
+			}
 		default:
 			ok = append(ok, ep)
 		}
 	}
-	return ok, masked, stale
+	return ok, masked, stale, staleWon
 }
 
 // publish stores one batch; its id is a hash of its episode ids, so a re-release after a crash is deduplicated.
@@ -1155,6 +1174,15 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	b.count(func(s *Stats) {
 		s.Batches++
 		s.Batched += int64(len(eps))
+		if s.BatchedByTask == nil {
+			s.BatchedByTask, s.BatchedWonByTask = map[string]int64{}, map[string]int64{}
+		}
+		for i := range eps {
+			s.BatchedByTask[eps[i].Task]++
+			if eps[i].Success() {
+				s.BatchedWonByTask[eps[i].Task]++
+			}
+		}
 		s.MaxStaleness = max(s.MaxStaleness, maxStale)
 		s.PendingGroups = len(b.groups)
 	})

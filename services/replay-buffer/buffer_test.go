@@ -323,6 +323,9 @@ func TestWhatCannotTrainIsRefundedWhileABatchWaits(t *testing.T) {
 	if s := r.b.Stats(); s.Masked != 4 || s.Batched != 4 {
 		t.Fatalf("stats = %+v, want 4 masked, 4 batched", s)
 	}
+	if s := r.b.Stats(); !maps.Equal(s.BatchedByTask, map[string]int64{"alfworld": 4}) || !maps.Equal(s.BatchedWonByTask, map[string]int64{"alfworld": 2}) {
+		t.Fatalf("batched %v, of them won %v: want alfworld's 4, g1-1 and g3-1 won", s.BatchedByTask, s.BatchedWonByTask)
+	}
 }
 
 func TestStaleEpisodesAreDropped(t *testing.T) {
@@ -353,6 +356,12 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 	})
 	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleByTask, map[string]int64{"alfworld": 3}) {
 		t.Fatalf("stale drops by task %v, want alfworld's 3", s.DroppedStaleByTask)
+	}
+	// Odd members succeed (ep): old-1 and mix-1 among the stale, neither mix-0 nor mix-2 among the batched.
+	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleWonByTask, map[string]int64{"alfworld": 2}) ||
+		!maps.Equal(s.BatchedByTask, map[string]int64{"alfworld": 2}) || !maps.Equal(s.BatchedWonByTask, map[string]int64{}) {
+		t.Fatalf("stale won %v, batched %v, batched won %v: want alfworld's 2 stale won, 2 batched, none of them won",
+			s.DroppedStaleWonByTask, s.BatchedByTask, s.BatchedWonByTask)
 	}
 }
 
