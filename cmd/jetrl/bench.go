@@ -89,6 +89,9 @@ type trialResult struct {
 	TrainedByTask        map[string]int64   `json:"trained_by_task,omitempty"`
 	TrainedSuccessByTask map[string]float64 `json:"trained_success_by_task,omitempty"`
 	StaleSuccessByTask   map[string]float64 `json:"stale_success_by_task,omitempty"`
+	// TrainedTurnsByTask and StaleTurnsByTask are the mean turns of those episodes.
+	TrainedTurnsByTask map[string]float64 `json:"trained_turns_by_task,omitempty"`
+	StaleTurnsByTask   map[string]float64 `json:"stale_turns_by_task,omitempty"`
 	// CutPlaying counts members still playing when the replay-buffer took their group without them
 	// (--cut); they are not trained and not in DroppedStale.
 	CutPlaying     int64                         `json:"cut_playing"`
@@ -289,6 +292,8 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.TrainedByTask = bs.BatchedByTask
 	res.TrainedSuccessByTask = shareByTask(bs.BatchedWonByTask, bs.BatchedByTask)
 	res.StaleSuccessByTask = shareByTask(bs.DroppedStaleWonByTask, bs.DroppedStaleByTask)
+	res.TrainedTurnsByTask = shareByTask(bs.BatchedTurnsByTask, bs.BatchedByTask)
+	res.StaleTurnsByTask = shareByTask(bs.DroppedStaleTurnsByTask, bs.DroppedStaleByTask)
 	for _, r := range m.Rollouts {
 		res.InfraFailures += r.Status().InfraFailures
 	}
@@ -380,7 +385,7 @@ func benchCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// shareByTask is won[t]/of[t] for every family with episodes in of (nil when of is empty).
+// shareByTask is won[t]/of[t] (a share, or a mean per episode) for every family with episodes in of (nil when of is empty).
 func shareByTask(won, of map[string]int64) map[string]float64 {
 	if len(of) == 0 {
 		return nil

@@ -277,9 +277,14 @@ type Stats struct {
 	// BatchedWonByTask/BatchedByTask it shows whether the staleness bound drops a family's successes more
 	// often than its failures (slow successes would bias what the trainer sees).
 	DroppedStaleWonByTask map[string]int64 `json:"dropped_stale_won_by_task,omitempty"`
-	// BatchedByTask splits Batched by task family; BatchedWonByTask counts the successful among them.
-	BatchedByTask    map[string]int64 `json:"batched_by_task,omitempty"`
-	BatchedWonByTask map[string]int64 `json:"batched_won_by_task,omitempty"`
+	// DroppedStaleTurnsByTask counts their turns: long episodes are the likeliest to go stale, and
+	// losing them changes what the trainer sees of a family's long failures and successes.
+	DroppedStaleTurnsByTask map[string]int64 `json:"dropped_stale_turns_by_task,omitempty"`
+	// BatchedByTask splits Batched by task family; BatchedWonByTask counts the successful among them and
+	// BatchedTurnsByTask their turns.
+	BatchedByTask      map[string]int64 `json:"batched_by_task,omitempty"`
+	BatchedWonByTask   map[string]int64 `json:"batched_won_by_task,omitempty"`
+	BatchedTurnsByTask map[string]int64 `json:"batched_turns_by_task,omitempty"`
 }
 
 // New validates the configuration and builds the buffer.
@@ -323,8 +328,9 @@ func (b *Buffer) Stats() Stats {
 	defer b.mu.Unlock()
 	s := b.stats
 	s.DroppedStaleByTask = maps.Clone(b.stats.DroppedStaleByTask)
-	s.DroppedStaleWonByTask = maps.Clone(b.stats.DroppedStaleWonByTask)
+	s.DroppedStaleWonByTask, s.DroppedStaleTurnsByTask = maps.Clone(b.stats.DroppedStaleWonByTask), maps.Clone(b.stats.DroppedStaleTurnsByTask)
 	s.BatchedByTask, s.BatchedWonByTask = maps.Clone(b.stats.BatchedByTask), maps.Clone(b.stats.BatchedWonByTask)
+	s.BatchedTurnsByTask = maps.Clone(b.stats.BatchedTurnsByTask)
 	return s
 }
 
@@ -939,7 +945,7 @@ func (b *Buffer) sortReady() {
 // for a later batch, and the usable episodes taken.
 func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 	for _, g := range b.ready {
-		ok, masked, stale, staleWon := b.split(g, v)
+		ok, masked, stale, staleWon, staleTurns := b.split(g, v)
 		if len(ok) < b.cfg.MinGroup {
 			ok = nil
 		}
@@ -948,7 +954,7 @@ func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 			continue
 		}
 		usable += len(ok)
-		take = append(take, settled{g, ok, masked, stale, staleWon})
+		take = append(take, settled{g, ok, masked, stale, staleWon, staleTurns})
 	}
 	return take, keep, usable
 }
@@ -999,7 +1005,7 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 		if g.startVersion != v-int64(b.cfg.Eta) {
 			continue
 		}
-		if ok, _, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
+		if ok, _, _, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
 			continue
 		}
 		log.Debug().Str("group", g.id).Int("have", len(g.members)).Int("want", g.size).Int64("version", v).Msg("group cut at its last batch")
@@ -1011,11 +1017,11 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 }
 
 // settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
-// how many of the others were masked or stale, and how many of the stale succeeded.
+// how many of the others were masked or stale, and how many of the stale succeeded and their turns.
 type settled struct {
-	g                       *group
-	ok                      []proto.Episode
-	masked, stale, staleWon int
+	g                                   *group
+	ok                                  []proto.Episode
+	masked, stale, staleWon, staleTurns int
 }
 
 // owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
@@ -1048,12 +1054,11 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 					s.DroppedStaleByTask = map[string]int64{}
 				}
 				s.DroppedStaleByTask[t.g.task] += int64(t.stale)
-				if t.staleWon > 0 {
-					if s.DroppedStaleWonByTask == nil {
-						s.DroppedStaleWonByTask = map[string]int64{}
-					}
-					s.DroppedStaleWonByTask[t.g.task] += int64(t.staleWon)
+				if s.DroppedStaleWonByTask == nil {
+					s.DroppedStaleWonByTask, s.DroppedStaleTurnsByTask = map[string]int64{}, map[string]int64{}
 				}
+				s.DroppedStaleWonByTask[t.g.task] += int64(t.staleWon)
+				s.DroppedStaleTurnsByTask[t.g.task] += int64(t.staleTurns)
 			}
 			if t.g.cut { // the members missing were still playing when the group was taken
 				s.Cut += int64(missing)
@@ -1123,9 +1128,9 @@ func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog
 	return n, n >= b.cfg.MaxQueued
 }
 
-// split sorts a group's members into usable ones and counts the masked, the stale and the stale that
-// succeeded.
-func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, staleWon int) {
+// split sorts a group's members into usable ones and counts the masked, the stale, the stale that
+// succeeded and the stale's turns.
+func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, staleWon, staleTurns int) {
 	ids := make([]string, 0, len(g.members))
 	for id := range g.members {
 		ids = append(ids, id)
@@ -1138,6 +1143,7 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, st
 			masked++
 		case v-ep.StartVersion > int64(b.cfg.Eta):
 			stale++
+			staleTurns += len(ep.Turns)
 			if ep.Success() {
 				staleWon++
 			}
@@ -1145,7 +1151,7 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, st
 			ok = append(ok, ep)
 		}
 	}
-	return ok, masked, stale, staleWon
+	return ok, masked, stale, staleWon, staleTurns
 }
 
 // publish stores one batch; its id is a hash of its episode ids, so a re-release after a crash is deduplicated.
@@ -1175,10 +1181,11 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 		s.Batches++
 		s.Batched += int64(len(eps))
 		if s.BatchedByTask == nil {
-			s.BatchedByTask, s.BatchedWonByTask = map[string]int64{}, map[string]int64{}
+			s.BatchedByTask, s.BatchedWonByTask, s.BatchedTurnsByTask = map[string]int64{}, map[string]int64{}, map[string]int64{}
 		}
 		for i := range eps {
 			s.BatchedByTask[eps[i].Task]++
+			s.BatchedTurnsByTask[eps[i].Task] += int64(len(eps[i].Turns))
 			if eps[i].Success() {
 				s.BatchedWonByTask[eps[i].Task]++
 			}

@@ -359,9 +359,10 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 	}
 	// Odd members succeed (ep): old-1 and mix-1 among the stale, neither mix-0 nor mix-2 among the batched.
 	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleWonByTask, map[string]int64{"alfworld": 2}) ||
-		!maps.Equal(s.BatchedByTask, map[string]int64{"alfworld": 2}) || !maps.Equal(s.BatchedWonByTask, map[string]int64{}) {
-		t.Fatalf("stale won %v, batched %v, batched won %v: want alfworld's 2 stale won, 2 batched, none of them won",
-			s.DroppedStaleWonByTask, s.BatchedByTask, s.BatchedWonByTask)
+		!maps.Equal(s.BatchedByTask, map[string]int64{"alfworld": 2}) || !maps.Equal(s.BatchedWonByTask, map[string]int64{}) ||
+		!maps.Equal(s.DroppedStaleTurnsByTask, map[string]int64{"alfworld": 3}) || !maps.Equal(s.BatchedTurnsByTask, map[string]int64{"alfworld": 2}) {
+		t.Fatalf("stale won %v, batched %v, batched won %v, turns stale %v and batched %v: want alfworld's 2 stale won, 2 batched, none of them won, one turn each",
+			s.DroppedStaleWonByTask, s.BatchedByTask, s.BatchedWonByTask, s.DroppedStaleTurnsByTask, s.BatchedTurnsByTask)
 	}
 }
 
