@@ -142,6 +142,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		if sh, ok := r.TrainedSuccessByTask["db"]; !ok || len(r.TrainedSuccessByTask) != 1 || sh < 0 || sh > 1 {
 			t.Errorf("trained success by task %v, want db's share in [0, 1]", r.TrainedSuccessByTask)
 		}
+		if n := r.TrainedTurnsByTask["db"]; !(n >= 1) || r.TrainedByTask["db"] < r.Episodes {
+			t.Errorf("trained %v episodes of %v mean turns, want db's at least the %d measured, of at least one turn each", r.TrainedByTask, r.TrainedTurnsByTask, r.Episodes)
+		}
 		for task, sh := range r.StaleSuccessByTask {
 			if task != "db" || sh < 0 || sh > 1 || r.DroppedStaleByTask[task] == 0 {
 				t.Errorf("stale success by task %v (stale drops %v), want db's share in [0, 1] of its drops", r.StaleSuccessByTask, r.DroppedStaleByTask)
