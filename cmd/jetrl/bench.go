@@ -13,6 +13,7 @@ import (
 	"github.com/jetrl/jetrl/cmd/jetrl/mesh"
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/services/env"
+	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
@@ -288,12 +289,9 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
 	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
-	res.DroppedStaleByTask, res.CutPlaying = bs.DroppedStaleByTask, bs.Cut
-	res.TrainedByTask = bs.BatchedByTask
-	res.TrainedSuccessByTask = shareByTask(bs.BatchedWonByTask, bs.BatchedByTask)
-	res.StaleSuccessByTask = shareByTask(bs.DroppedStaleWonByTask, bs.DroppedStaleByTask)
-	res.TrainedTurnsByTask = shareByTask(bs.BatchedTurnsByTask, bs.BatchedByTask)
-	res.StaleTurnsByTask = shareByTask(bs.DroppedStaleTurnsByTask, bs.DroppedStaleByTask)
+	res.CutPlaying = bs.Cut
+	res.TrainedByTask, res.TrainedSuccessByTask, res.TrainedTurnsByTask = tallyFigures(bs.BatchedByTask)
+	res.DroppedStaleByTask, res.StaleSuccessByTask, res.StaleTurnsByTask = tallyFigures(bs.DroppedStaleByTask)
 	for _, r := range m.Rollouts {
 		res.InfraFailures += r.Status().InfraFailures
 	}
@@ -385,16 +383,18 @@ func benchCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// shareByTask is won[t]/of[t] (a share, or a mean per episode) for every family with episodes in of (nil when of is empty).
-func shareByTask(won, of map[string]int64) map[string]float64 {
-	if len(of) == 0 {
-		return nil
+// tallyFigures splits the replay-buffer's tallies by family into episodes, the share that succeeded and
+// the mean turns (all nil when there is none).
+func tallyFigures(m map[string]replaybuffer.Tally) (episodes map[string]int64, success, turns map[string]float64) {
+	if len(m) == 0 {
+		return nil, nil, nil
 	}
-	out := make(map[string]float64, len(of))
-	for t, n := range of {
-		if n > 0 {
-			out[t] = float64(won[t]) / float64(n)
+	episodes, success, turns = make(map[string]int64, len(m)), make(map[string]float64, len(m)), make(map[string]float64, len(m))
+	for task, t := range m {
+		episodes[task] = t.Episodes
+		if t.Episodes > 0 {
+			success[task], turns[task] = float64(t.Won)/float64(t.Episodes), float64(t.Turns)/float64(t.Episodes)
 		}
 	}
-	return out
+	return episodes, success, turns
 }

@@ -573,7 +573,7 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; cut while playing: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.CutPlaying, p.Async.CutPlaying, p.Sync.InfraFailures, p.Async.InfraFailures)
-		if len(p.Async.StaleSuccessByTask) > 0 {
+		if len(p.Async.TrainedSuccessByTask) > 0 {
 			fmt.Printf("success of trained episodes: sync %s, async %s; of async stale drops: %s\n",
 				shareByTaskString(p.Sync.TrainedSuccessByTask), shareByTaskString(p.Async.TrainedSuccessByTask), shareByTaskString(p.Async.StaleSuccessByTask))
 		}
@@ -628,12 +628,7 @@ func staleByTaskString(m map[string]int64) string {
 	if len(m) == 0 {
 		return ""
 	}
-	names := slices.Sorted(maps.Keys(m))
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s %d", n, m[n])
-	}
-	return " (replay-buffer: " + strings.Join(parts, ", ") + ")"
+	return " (replay-buffer: " + byTaskString(m, func(n int64) string { return fmt.Sprint(n) }) + ")"
 }
 
 // shareByTaskString shows a share per family, sorted by name.
@@ -641,10 +636,15 @@ func shareByTaskString(m map[string]float64) string {
 	if len(m) == 0 {
 		return "-"
 	}
+	return byTaskString(m, func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) })
+}
+
+// byTaskString lists "family value" per family, sorted by name.
+func byTaskString[V any](m map[string]V, format func(V) string) string {
 	names := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(names))
 	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s %.1f%%", n, 100*m[n])
+		parts[i] = n + " " + format(m[n])
 	}
 	return strings.Join(parts, ", ")
 }

@@ -271,20 +271,36 @@ type Stats struct {
 	DeadLettered  int64 `json:"dead_lettered"`
 	MaxStaleness  int64 `json:"max_staleness"`
 	PendingGroups int   `json:"pending_groups"`
-	// DroppedStaleByTask splits DroppedStale by task family.
-	DroppedStaleByTask map[string]int64 `json:"dropped_stale_by_task,omitempty"`
-	// DroppedStaleWonByTask counts the successful episodes among DroppedStaleByTask: next to
-	// BatchedWonByTask/BatchedByTask it shows whether the staleness bound drops a family's successes more
-	// often than its failures (slow successes would bias what the trainer sees).
-	DroppedStaleWonByTask map[string]int64 `json:"dropped_stale_won_by_task,omitempty"`
-	// DroppedStaleTurnsByTask counts their turns: long episodes are the likeliest to go stale, and
-	// losing them changes what the trainer sees of a family's long failures and successes.
-	DroppedStaleTurnsByTask map[string]int64 `json:"dropped_stale_turns_by_task,omitempty"`
-	// BatchedByTask splits Batched by task family; BatchedWonByTask counts the successful among them and
-	// BatchedTurnsByTask their turns.
-	BatchedByTask      map[string]int64 `json:"batched_by_task,omitempty"`
-	BatchedWonByTask   map[string]int64 `json:"batched_won_by_task,omitempty"`
-	BatchedTurnsByTask map[string]int64 `json:"batched_turns_by_task,omitempty"`
+	// DroppedStaleByTask splits DroppedStale by task family, and BatchedByTask splits Batched. Next to each
+	// other they show whether the staleness bound takes a family's successes, or its long episodes, more
+	// often than the rest (which would bias what the trainer sees of it).
+	DroppedStaleByTask map[string]Tally `json:"dropped_stale_by_task,omitempty"`
+	BatchedByTask      map[string]Tally `json:"batched_by_task,omitempty"`
+}
+
+// Tally counts one family's episodes, the successful among them and their turns.
+type Tally struct {
+	Episodes int64 `json:"episodes"`
+	Won      int64 `json:"won"`
+	Turns    int64 `json:"turns"`
+}
+
+func (t *Tally) add(ep *proto.Episode) {
+	t.Episodes++
+	t.Turns += int64(len(ep.Turns))
+	if ep.Success() {
+		t.Won++
+	}
+}
+
+// addTally adds t to m[task], making m if it is nil.
+func addTally(m *map[string]Tally, task string, t Tally) {
+	if *m == nil {
+		*m = map[string]Tally{}
+	}
+	sum := (*m)[task]
+	sum.Episodes, sum.Won, sum.Turns = sum.Episodes+t.Episodes, sum.Won+t.Won, sum.Turns+t.Turns
+	(*m)[task] = sum
 }
 
 // New validates the configuration and builds the buffer.
@@ -327,10 +343,7 @@ func (b *Buffer) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.stats
-	s.DroppedStaleByTask = maps.Clone(b.stats.DroppedStaleByTask)
-	s.DroppedStaleWonByTask, s.DroppedStaleTurnsByTask = maps.Clone(b.stats.DroppedStaleWonByTask), maps.Clone(b.stats.DroppedStaleTurnsByTask)
-	s.BatchedByTask, s.BatchedWonByTask = maps.Clone(b.stats.BatchedByTask), maps.Clone(b.stats.BatchedWonByTask)
-	s.BatchedTurnsByTask = maps.Clone(b.stats.BatchedTurnsByTask)
+	s.DroppedStaleByTask, s.BatchedByTask = maps.Clone(b.stats.DroppedStaleByTask), maps.Clone(b.stats.BatchedByTask)
 	return s
 }
 
@@ -945,7 +958,7 @@ func (b *Buffer) sortReady() {
 // for a later batch, and the usable episodes taken.
 func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 	for _, g := range b.ready {
-		ok, masked, stale, staleWon, staleTurns := b.split(g, v)
+		ok, masked, stale := b.split(g, v)
 		if len(ok) < b.cfg.MinGroup {
 			ok = nil
 		}
@@ -954,7 +967,7 @@ func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 			continue
 		}
 		usable += len(ok)
-		take = append(take, settled{g, ok, masked, stale, staleWon, staleTurns})
+		take = append(take, settled{g, ok, masked, stale})
 	}
 	return take, keep, usable
 }
@@ -1005,7 +1018,7 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 		if g.startVersion != v-int64(b.cfg.Eta) {
 			continue
 		}
-		if ok, _, _, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
+		if ok, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
 			continue
 		}
 		log.Debug().Str("group", g.id).Int("have", len(g.members)).Int("want", g.size).Int64("version", v).Msg("group cut at its last batch")
@@ -1017,11 +1030,12 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 }
 
 // settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
-// how many of the others were masked or stale, and how many of the stale succeeded and their turns.
+// how many of the others were masked, and the tally of the stale.
 type settled struct {
-	g                                   *group
-	ok                                  []proto.Episode
-	masked, stale, staleWon, staleTurns int
+	g      *group
+	ok     []proto.Episode
+	masked int
+	stale  Tally
 }
 
 // owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
@@ -1044,21 +1058,13 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 		missing := t.g.size - len(t.g.members)
 		small := 0
 		if t.ok == nil {
-			small = len(t.g.members) - t.masked - t.stale
+			small = len(t.g.members) - t.masked - int(t.stale.Episodes)
 		}
 		b.count(func(s *Stats) {
 			s.Masked += int64(t.masked)
-			s.DroppedStale += int64(t.stale)
-			if t.stale > 0 {
-				if s.DroppedStaleByTask == nil {
-					s.DroppedStaleByTask = map[string]int64{}
-				}
-				s.DroppedStaleByTask[t.g.task] += int64(t.stale)
-				if s.DroppedStaleWonByTask == nil {
-					s.DroppedStaleWonByTask, s.DroppedStaleTurnsByTask = map[string]int64{}, map[string]int64{}
-				}
-				s.DroppedStaleWonByTask[t.g.task] += int64(t.staleWon)
-				s.DroppedStaleTurnsByTask[t.g.task] += int64(t.staleTurns)
+			s.DroppedStale += t.stale.Episodes
+			if t.stale.Episodes > 0 {
+				addTally(&s.DroppedStaleByTask, t.g.task, t.stale)
 			}
 			if t.g.cut { // the members missing were still playing when the group was taken
 				s.Cut += int64(missing)
@@ -1068,7 +1074,7 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 			s.DroppedGroup += int64(small)
 		})
 		b.dropped.WithLabelValues("infra").Add(float64(t.masked))
-		b.dropped.WithLabelValues("stale").Add(float64(t.stale))
+		b.dropped.WithLabelValues("stale").Add(float64(t.stale.Episodes))
 		if t.g.cut {
 			b.dropped.WithLabelValues("cut").Add(float64(missing))
 		} else {
@@ -1128,9 +1134,8 @@ func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog
 	return n, n >= b.cfg.MaxQueued
 }
 
-// split sorts a group's members into usable ones and counts the masked, the stale, the stale that
-// succeeded and the stale's turns.
-func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, staleWon, staleTurns int) {
+// split sorts a group's members into usable ones, counts the masked and tallies the stale.
+func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked int, stale Tally) {
 	ids := make([]string, 0, len(g.members))
 	for id := range g.members {
 		ids = append(ids, id)
@@ -1142,16 +1147,12 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked, stale, st
 		case ep.InfraFailure:
 			masked++
 		case v-ep.StartVersion > int64(b.cfg.Eta):
-			stale++
-			staleTurns += len(ep.Turns)
-			if ep.Success() {
-				staleWon++
-			}
+			stale.add(&ep)
 		default:
 			ok = append(ok, ep)
 		}
 	}
-	return ok, masked, stale, staleWon, staleTurns
+	return ok, masked, stale
 }
 
 // publish stores one batch; its id is a hash of its episode ids, so a re-release after a crash is deduplicated.
@@ -1180,15 +1181,10 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	b.count(func(s *Stats) {
 		s.Batches++
 		s.Batched += int64(len(eps))
-		if s.BatchedByTask == nil {
-			s.BatchedByTask, s.BatchedWonByTask, s.BatchedTurnsByTask = map[string]int64{}, map[string]int64{}, map[string]int64{}
-		}
 		for i := range eps {
-			s.BatchedByTask[eps[i].Task]++
-			s.BatchedTurnsByTask[eps[i].Task] += int64(len(eps[i].Turns))
-			if eps[i].Success() {
-				s.BatchedWonByTask[eps[i].Task]++
-			}
+			var t Tally
+			t.add(&eps[i])
+			addTally(&s.BatchedByTask, eps[i].Task, t)
 		}
 		s.MaxStaleness = max(s.MaxStaleness, maxStale)
 		s.PendingGroups = len(b.groups)

@@ -323,8 +323,8 @@ func TestWhatCannotTrainIsRefundedWhileABatchWaits(t *testing.T) {
 	if s := r.b.Stats(); s.Masked != 4 || s.Batched != 4 {
 		t.Fatalf("stats = %+v, want 4 masked, 4 batched", s)
 	}
-	if s := r.b.Stats(); !maps.Equal(s.BatchedByTask, map[string]int64{"alfworld": 4}) || !maps.Equal(s.BatchedWonByTask, map[string]int64{"alfworld": 2}) {
-		t.Fatalf("batched %v, of them won %v: want alfworld's 4, g1-1 and g3-1 won", s.BatchedByTask, s.BatchedWonByTask)
+	if s := r.b.Stats(); !maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 4, Won: 2, Turns: 4}}) {
+		t.Fatalf("batched by task %v: want alfworld's 4 of one turn each, g1-1 and g3-1 won", s.BatchedByTask)
 	}
 }
 
@@ -354,15 +354,12 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 		s := r.b.Stats()
 		return s.DroppedStale == 3 && s.MaxStaleness == 1
 	})
-	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleByTask, map[string]int64{"alfworld": 3}) {
-		t.Fatalf("stale drops by task %v, want alfworld's 3", s.DroppedStaleByTask)
-	}
-	// Odd members succeed (ep): old-1 and mix-1 among the stale, neither mix-0 nor mix-2 among the batched.
-	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleWonByTask, map[string]int64{"alfworld": 2}) ||
-		!maps.Equal(s.BatchedByTask, map[string]int64{"alfworld": 2}) || !maps.Equal(s.BatchedWonByTask, map[string]int64{}) ||
-		!maps.Equal(s.DroppedStaleTurnsByTask, map[string]int64{"alfworld": 3}) || !maps.Equal(s.BatchedTurnsByTask, map[string]int64{"alfworld": 2}) {
-		t.Fatalf("stale won %v, batched %v, batched won %v, turns stale %v and batched %v: want alfworld's 2 stale won, 2 batched, none of them won, one turn each",
-			s.DroppedStaleWonByTask, s.BatchedByTask, s.BatchedWonByTask, s.DroppedStaleTurnsByTask, s.BatchedTurnsByTask)
+	// Odd members succeed (ep), each of one turn: old-1 and mix-1 among the 3 stale, neither mix-0 nor mix-2
+	// among the batched.
+	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 3, Won: 2, Turns: 3}}) ||
+		!maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 2, Won: 0, Turns: 2}}) {
+		t.Fatalf("stale drops by task %v, batched %v: want alfworld's 3 stale (2 won), 2 batched (none won), one turn each",
+			s.DroppedStaleByTask, s.BatchedByTask)
 	}
 }
 
