@@ -1100,12 +1100,30 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 // buffer released, so it is used only once a version has named one of this buffer's batches (by then the
 // trainer has applied every older one); until then the consumers' count stands alone, and its lag can
 // only hold a release back until the next look. When a consumer cannot be read (not created yet, or NATS
-// busy) nothing is queued: the release is not held back (the trainer checks staleness again, so a count
-// too small costs episodes, never the bound).
+// busy), the second count stands alone once it is used; before that nothing is queued: the release is not
+// held back (the trainer checks staleness again, so a count too small costs episodes, never the bound).
 func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (ahead int, full bool) {
 	if b.cfg.MaxQueued < 0 {
 		return b.pace.ahead(), false
 	}
+	n, err := b.queueDepth(ctx, js)
+	switch {
+	case b.pace.complete() && err != nil:
+		// The pace's count is exact once complete: the consumers' depth only bounds it.
+		log.Debug().Err(err).Msg("queue depth unknown; counting the batches released and not applied")
+		n = b.pace.ahead()
+	case b.pace.complete():
+		n = min(n, b.pace.ahead())
+	case err != nil:
+		log.Debug().Err(err).Msg("queue depth unknown; releasing")
+		return 0, false
+	}
+	return n, n >= b.cfg.MaxQueued
+}
+
+// queueDepth is how many batches wait or are in flight at the advantage-normalizer and the trainer, from
+// their durable consumers.
+func (b *Buffer) queueDepth(ctx context.Context, js jetstream.JetStream) (int, error) {
 	n := 0
 	for i, c := range []struct{ stream, name string }{{proto.StreamBatches, proto.ConsumerNormalizer}, {proto.StreamTrain, proto.ConsumerTrainer}} {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -1113,7 +1131,7 @@ func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog
 			cons, err := js.Consumer(qctx, c.stream, c.name)
 			if err != nil {
 				cancel()
-				return 0, false
+				return 0, fmt.Errorf("consumer %s: %w", c.name, err)
 			}
 			b.queueCons[i] = cons
 		}
@@ -1123,15 +1141,11 @@ func (b *Buffer) queued(ctx context.Context, js jetstream.JetStream, log zerolog
 			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				b.queueCons[i] = nil
 			}
-			log.Debug().Err(err).Str("consumer", c.name).Msg("queue depth unknown; releasing")
-			return 0, false
+			return 0, fmt.Errorf("consumer %s: %w", c.name, err)
 		}
 		n += int(info.NumPending) + info.NumAckPending
 	}
-	if b.pace.complete() {
-		n = min(n, b.pace.ahead())
-	}
-	return n, n >= b.cfg.MaxQueued
+	return n, nil
 }
 
 // split sorts a group's members into usable ones, counts the masked and tallies the stale.

@@ -67,6 +67,34 @@ func TestReleaseWaitsWhileTheTrainerHasEnoughQueued(t *testing.T) {
 	eventually(t, 10*time.Second, "the third batch", func() bool { return m.msgs(t, proto.StreamBatches) == 3 })
 }
 
+// Once a version has named one of its batches, the buffer knows every batch the trainer has not applied;
+// when the consumers' depth cannot be read it counts those instead of releasing unchecked.
+func TestUnreadableQueueCountsTheBatchesNotApplied(t *testing.T) {
+	m := newMesh(t)
+	queueConsumers(t, m)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 20, GroupTimeout: time.Minute, MaxQueued: 1})
+	for _, g := range []string{"g1", "g2"} {
+		m.publish(t, ep(g, 0, 2, 0), "")
+		m.publish(t, ep(g, 1, 2, 0), "")
+	}
+	eventually(t, 10*time.Second, "the first batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	m.applied(t, 1, m.batch(t, 1).ID)
+	eventually(t, 10*time.Second, "the second batch", func() bool { return m.msgs(t, proto.StreamBatches) == 2 })
+	if err := m.js.DeleteConsumer(testCtx(t), proto.StreamBatches, proto.ConsumerNormalizer); err != nil {
+		t.Fatal(err)
+	}
+	m.publish(t, ep("g3", 0, 2, 0), "")
+	m.publish(t, ep("g3", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "6 episodes received", func() bool { return r.b.Stats().Received == 6 })
+	time.Sleep(time.Second)
+	if n := m.msgs(t, proto.StreamBatches); n != 2 {
+		t.Fatalf("%d batches released with the second not applied, MaxQueued 1 and the queue unreadable, want 2", n)
+	}
+	m.applied(t, 2, m.batch(t, 2).ID)
+	eventually(t, 10*time.Second, "the third batch once the second is applied", func() bool { return m.msgs(t, proto.StreamBatches) == 3 })
+}
+
 // queueConsumers creates the advantage-normalizer's and the trainer's consumers, whose backlog is the queue
 // MaxQueued bounds, and returns the normalizer's.
 func queueConsumers(t *testing.T, m *mesh) jetstream.Consumer {
