@@ -93,6 +93,11 @@ type trialResult struct {
 	// TrainedTurnsByTask and StaleTurnsByTask are the mean turns of those episodes.
 	TrainedTurnsByTask map[string]float64 `json:"trained_turns_by_task,omitempty"`
 	StaleTurnsByTask   map[string]float64 `json:"stale_turns_by_task,omitempty"`
+	// TrainedMixedByTask and StaleMixedByTask are the share of those episodes' groups that had mixed outcomes
+	// (some members won, some did not: the groups GRPO learns an outcome from). A staleness bound that drops
+	// mixed groups more often than it trains them takes more of what a family can learn than its episodes.
+	TrainedMixedByTask map[string]float64 `json:"trained_mixed_groups_by_task,omitempty"`
+	StaleMixedByTask   map[string]float64 `json:"stale_mixed_groups_by_task,omitempty"`
 	// CutPlaying counts members still playing when the replay-buffer took their group without them
 	// (--cut); they are not trained and not in DroppedStale.
 	CutPlaying     int64                         `json:"cut_playing"`
@@ -290,8 +295,8 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
 	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
 	res.CutPlaying = bs.Cut
-	res.TrainedByTask, res.TrainedSuccessByTask, res.TrainedTurnsByTask = tallyFigures(bs.BatchedByTask)
-	res.DroppedStaleByTask, res.StaleSuccessByTask, res.StaleTurnsByTask = tallyFigures(bs.DroppedStaleByTask)
+	res.TrainedByTask, res.TrainedSuccessByTask, res.TrainedTurnsByTask, res.TrainedMixedByTask = tallyFigures(bs.BatchedByTask)
+	res.DroppedStaleByTask, res.StaleSuccessByTask, res.StaleTurnsByTask, res.StaleMixedByTask = tallyFigures(bs.DroppedStaleByTask)
 	for _, r := range m.Rollouts {
 		res.InfraFailures += r.Status().InfraFailures
 	}
@@ -383,18 +388,21 @@ func benchCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// tallyFigures splits the replay-buffer's tallies by family into episodes, the share that succeeded and
-// the mean turns (all nil when there is none).
-func tallyFigures(m map[string]replaybuffer.Tally) (episodes map[string]int64, success, turns map[string]float64) {
+// tallyFigures splits the replay-buffer's tallies by family into episodes, the share that succeeded, the
+// mean turns and the share of groups with mixed outcomes (all nil when there is none).
+func tallyFigures(m map[string]replaybuffer.Tally) (episodes map[string]int64, success, turns, mixed map[string]float64) {
 	if len(m) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
-	episodes, success, turns = make(map[string]int64, len(m)), make(map[string]float64, len(m)), make(map[string]float64, len(m))
+	episodes, success, turns, mixed = make(map[string]int64, len(m)), make(map[string]float64, len(m)), make(map[string]float64, len(m)), make(map[string]float64, len(m))
 	for task, t := range m {
 		episodes[task] = t.Episodes
 		if t.Episodes > 0 {
 			success[task], turns[task] = float64(t.Won)/float64(t.Episodes), float64(t.Turns)/float64(t.Episodes)
 		}
+		if t.Groups > 0 {
+			mixed[task] = float64(t.Mixed) / float64(t.Groups)
+		}
 	}
-	return episodes, success, turns
+	return episodes, success, turns, mixed
 }

@@ -576,6 +576,8 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		if len(p.Async.TrainedSuccessByTask) > 0 {
 			fmt.Printf("success of trained episodes: sync %s, async %s; of async stale drops: %s\n",
 				shareByTaskString(p.Sync.TrainedSuccessByTask), shareByTaskString(p.Async.TrainedSuccessByTask), shareByTaskString(p.Async.StaleSuccessByTask))
+			fmt.Printf("groups with mixed outcomes: trained sync %s, async %s; async stale drops: %s\n",
+				shareByTaskString(p.Sync.TrainedMixedByTask), shareByTaskString(p.Async.TrainedMixedByTask), shareByTaskString(p.Async.StaleMixedByTask))
 		}
 		if p.HeldOutCurveSync != nil && p.HeldOutCurveAsync != nil {
 			fmt.Printf("held-out along the window (trained episodes: success): sync %s; async %s; mean after the start: sync %.1f%%, async %.1f%%\n",

@@ -145,6 +145,14 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		if n := r.TrainedTurnsByTask["db"]; !(n >= 1) || r.TrainedByTask["db"] < r.Episodes {
 			t.Errorf("trained %v episodes of %v mean turns, want db's at least the %d measured, of at least one turn each", r.TrainedByTask, r.TrainedTurnsByTask, r.Episodes)
 		}
+		if sh, ok := r.TrainedMixedByTask["db"]; !ok || len(r.TrainedMixedByTask) != 1 || sh < 0 || sh > 1 {
+			t.Errorf("trained mixed groups by task %v, want db's share in [0, 1]", r.TrainedMixedByTask)
+		}
+		for task, sh := range r.StaleMixedByTask {
+			if task != "db" || sh < 0 || sh > 1 || r.DroppedStaleByTask[task] == 0 {
+				t.Errorf("stale mixed groups by task %v (stale drops %v), want db's share in [0, 1] of its drops", r.StaleMixedByTask, r.DroppedStaleByTask)
+			}
+		}
 		for task, sh := range r.StaleSuccessByTask {
 			if task != "db" || sh < 0 || sh > 1 || r.DroppedStaleByTask[task] == 0 {
 				t.Errorf("stale success by task %v (stale drops %v), want db's share in [0, 1] of its drops", r.StaleSuccessByTask, r.DroppedStaleByTask)

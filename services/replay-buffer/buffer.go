@@ -278,11 +278,15 @@ type Stats struct {
 	BatchedByTask      map[string]Tally `json:"batched_by_task,omitempty"`
 }
 
-// Tally counts one family's episodes, the successful among them and their turns.
+// Tally counts one family's episodes, the successful among them and their turns, and the groups they
+// came in: Mixed counts the groups some but not all of whose members counted here won, the groups GRPO
+// has an outcome to learn from.
 type Tally struct {
 	Episodes int64 `json:"episodes"`
 	Won      int64 `json:"won"`
 	Turns    int64 `json:"turns"`
+	Groups   int64 `json:"groups"`
+	Mixed    int64 `json:"mixed"`
 }
 
 func (t *Tally) add(ep *proto.Episode) {
@@ -293,6 +297,17 @@ func (t *Tally) add(ep *proto.Episode) {
 	}
 }
 
+// closeGroup makes a tally of one group's members (added since a zero Tally) count that group.
+func (t *Tally) closeGroup() {
+	if t.Episodes == 0 {
+		return
+	}
+	t.Groups = 1
+	if t.Won > 0 && t.Won < t.Episodes {
+		t.Mixed = 1
+	}
+}
+
 // addTally adds t to m[task], making m if it is nil.
 func addTally(m *map[string]Tally, task string, t Tally) {
 	if *m == nil {
@@ -300,6 +315,7 @@ func addTally(m *map[string]Tally, task string, t Tally) {
 	}
 	sum := (*m)[task]
 	sum.Episodes, sum.Won, sum.Turns = sum.Episodes+t.Episodes, sum.Won+t.Won, sum.Turns+t.Turns
+	sum.Groups, sum.Mixed = sum.Groups+t.Groups, sum.Mixed+t.Mixed
 	(*m)[task] = sum
 }
 
@@ -1166,6 +1182,7 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked int, stale
 			ok = append(ok, ep)
 		}
 	}
+	stale.closeGroup()
 	return ok, masked, stale
 }
 
@@ -1195,10 +1212,15 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	b.count(func(s *Stats) {
 		s.Batches++
 		s.Batched += int64(len(eps))
-		for i := range eps {
+		for i := 0; i < len(eps); { // a group's members are next to each other
 			var t Tally
-			t.add(&eps[i])
+			j := i
+			for ; j < len(eps) && eps[j].GroupID == eps[i].GroupID; j++ {
+				t.add(&eps[j])
+			}
+			t.closeGroup()
 			addTally(&s.BatchedByTask, eps[i].Task, t)
+			i = j
 		}
 		s.MaxStaleness = max(s.MaxStaleness, maxStale)
 		s.PendingGroups = len(b.groups)

@@ -323,8 +323,8 @@ func TestWhatCannotTrainIsRefundedWhileABatchWaits(t *testing.T) {
 	if s := r.b.Stats(); s.Masked != 4 || s.Batched != 4 {
 		t.Fatalf("stats = %+v, want 4 masked, 4 batched", s)
 	}
-	if s := r.b.Stats(); !maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 4, Won: 2, Turns: 4}}) {
-		t.Fatalf("batched by task %v: want alfworld's 4 of one turn each, g1-1 and g3-1 won", s.BatchedByTask)
+	if s := r.b.Stats(); !maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 4, Won: 2, Turns: 4, Groups: 2, Mixed: 2}}) {
+		t.Fatalf("batched by task %v: want alfworld's 4 of one turn each, g1-1 and g3-1 won, so both groups mixed", s.BatchedByTask)
 	}
 }
 
@@ -355,10 +355,10 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 		return s.DroppedStale == 3 && s.MaxStaleness == 1
 	})
 	// Odd members succeed (ep), each of one turn: old-1 and mix-1 among the 3 stale, neither mix-0 nor mix-2
-	// among the batched.
-	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 3, Won: 2, Turns: 3}}) ||
-		!maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 2, Won: 0, Turns: 2}}) {
-		t.Fatalf("stale drops by task %v, batched %v: want alfworld's 3 stale (2 won), 2 batched (none won), one turn each",
+	// among the batched. Of the two groups with stale members only old is mixed among them (mix-1 alone won).
+	if s := r.b.Stats(); !maps.Equal(s.DroppedStaleByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 3, Won: 2, Turns: 3, Groups: 2, Mixed: 1}}) ||
+		!maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 2, Won: 0, Turns: 2, Groups: 1, Mixed: 0}}) {
+		t.Fatalf("stale drops by task %v, batched %v: want alfworld's 3 stale (2 won) of 2 groups (1 mixed), 2 batched (none won) of 1 group, one turn each",
 			s.DroppedStaleByTask, s.BatchedByTask)
 	}
 }
