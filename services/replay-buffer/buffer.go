@@ -1082,6 +1082,14 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 			if t.stale.Episodes > 0 {
 				addTally(&s.DroppedStaleByTask, t.g.task, t.stale)
 			}
+			if t.ok != nil { // published (release settles a group that can train only after its batch)
+				var batched Tally
+				for i := range t.ok {
+					batched.add(&t.ok[i])
+				}
+				batched.closeGroup()
+				addTally(&s.BatchedByTask, t.g.task, batched)
+			}
 			if t.g.cut { // the members missing were still playing when the group was taken
 				s.Cut += int64(missing)
 			} else {
@@ -1212,16 +1220,6 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	b.count(func(s *Stats) {
 		s.Batches++
 		s.Batched += int64(len(eps))
-		for i := 0; i < len(eps); { // a group's members are next to each other
-			var t Tally
-			j := i
-			for ; j < len(eps) && eps[j].GroupID == eps[i].GroupID; j++ {
-				t.add(&eps[j])
-			}
-			t.closeGroup()
-			addTally(&s.BatchedByTask, eps[i].Task, t)
-			i = j
-		}
 		s.MaxStaleness = max(s.MaxStaleness, maxStale)
 		s.PendingGroups = len(b.groups)
 	})
