@@ -109,7 +109,13 @@ type checkpoint struct {
 	// LastStep is the step event of LastBatchID, so that a trainer that crashed after the checkpoint and
 	// before the event was stored re-emits the same event, not a partial one.
 	LastStep *proto.TrainStep `msgpack:"last_step,omitempty"`
+	// RecentBatches are the ids of the last applied batches, oldest first, LastBatchID last. A batch that
+	// was in hand at a crash can be redelivered after the next one has been applied; it is then known here.
+	RecentBatches []string `msgpack:"recent_batches,omitempty"`
 }
+
+// recentBatches is how many applied batch ids the checkpoint keeps (the consumer holds at most two unacked).
+const recentBatches = 8
 
 // Trainer is the service.
 type Trainer struct {
@@ -239,6 +245,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if err := t.publishVersion(ctx, st, false); err != nil {
 		return err
 	}
+	t.emitMissingStep(ctx, st, log)
 	// Two batches may be delivered and unacked: the one being applied and the next, which then arrives while
 	// this one trains instead of after its ack. They are still applied one at a time, in order.
 	cons, err := st.js.CreateOrUpdateConsumer(ctx, proto.StreamTrain,
@@ -372,6 +379,16 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		t.refuse(ctx, st, m, err, log)
 		return nil
 	}
+	if tb.ID != t.cp.LastBatchID && slices.Contains(t.cp.RecentBatches, tb.ID) {
+		// Applied before a crash and redelivered after a later batch: its version and step event are stored.
+		t.batches.WithLabelValues("duplicate").Inc()
+		t.mu.Lock()
+		t.stats.Duplicates++
+		t.mu.Unlock()
+		log.Info().Str("batch", tb.ID).Msg("batch applied before the last one; acked again")
+		_ = m.Ack()
+		return nil
+	}
 	if tb.ID == t.cp.LastBatchID {
 		// Applied before a crash or lost ack: the checkpoint has it already.
 		t.batches.WithLabelValues("duplicate").Inc()
@@ -411,6 +428,10 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	}
 	t.cp.Version++
 	t.cp.LastBatchID = tb.ID
+	t.cp.RecentBatches = append(t.cp.RecentBatches, tb.ID)
+	if n := len(t.cp.RecentBatches) - recentBatches; n > 0 {
+		t.cp.RecentBatches = slices.Delete(t.cp.RecentBatches, 0, n)
+	}
 	t.cp.Batches++
 	t.cp.EpisodesTrained += int64(len(eps))
 	t.cp.StaleDropped += int64(stale)
@@ -520,6 +541,35 @@ func (t *Trainer) emit(ctx context.Context, st stores, ev proto.TrainStep, log z
 	if err != nil {
 		log.Warn().Err(err).Int64("version", ev.Version).Msg("step event not stored")
 	}
+}
+
+// emitMissingStep stores the checkpoint's last step event when the events stream does not hold it: the
+// trainer stopped after its checkpoint and before the event was stored, and the batch may never come back
+// (a later batch can be delivered first). The stream's last step event tells; the msg id dedups a race.
+func (t *Trainer) emitMissingStep(ctx context.Context, st stores, log zerolog.Logger) {
+	last := t.cp.LastStep
+	if last == nil || last.Version != t.cp.Version {
+		return
+	}
+	events, err := st.js.Stream(ctx, proto.StreamEvents)
+	if err != nil {
+		log.Warn().Err(err).Msg("events stream; the last step event is not checked")
+		return
+	}
+	raw, err := events.GetLastMsgForSubject(ctx, proto.SubjectEventTrainStep)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		log.Warn().Err(err).Msg("last step event; not checked")
+		return
+	default:
+		var stored proto.TrainStep
+		if codec.Unmarshal(raw.Data, &stored) == nil && stored.Version >= last.Version {
+			return
+		}
+	}
+	log.Info().Int64("version", last.Version).Str("batch", last.BatchID).Msg("step event missing after a restart; stored again")
+	t.emit(ctx, st, *last, log)
 }
 
 // remembers reports whether the group of key k was applied (within the last maxGroupsRemembered).

@@ -332,10 +332,11 @@ func TestApplyRedeliverResume(t *testing.T) {
 	}
 }
 
-// A checkpoint ahead of the version record (a crash between the two) is repaired on restart.
-// A trainer that crashed after its checkpoint and before its step event was stored emits that event again,
-// whole (episodes, loss, time of the step), when the batch is redelivered: the checkpoint carries it. The
-// checkpoint is moved to a second server, whose events stream has never seen the step.
+// A trainer that crashed after its checkpoint and before its step event was stored emits that event again
+// at start-up, whole (episodes, loss, time of the step): the checkpoint carries it. It cannot wait for the
+// batch to be redelivered, since a later batch may come first. That batch then trains as the next version,
+// and the redelivered one is acknowledged without an update. The checkpoint is moved to a second server,
+// whose events stream has never seen the step.
 func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 	m := newMesh(t)
 	cfg := testConfig(0)
@@ -367,11 +368,41 @@ func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 	if s := r2.tr.Stats(); !s.Resumed || s.Version != 1 {
 		t.Fatalf("stats %+v, want resumed at version 1", s)
 	}
+	if n := m2.msgs(t, proto.StreamEvents); n != 1 {
+		t.Fatalf("events stream holds %d step events after the restart, want version 1's", n)
+	}
+	if again, msgID := m2.lastStep(t); again.Version != 1 || again.BatchID != "tb-1" || again.Episodes != 2 || again.Loss != step.Loss ||
+		again.At != step.At || msgID != proto.TrainStepMsgID(1) {
+		t.Fatalf("step event emitted again = %+v (msg id %q), want the original %+v", again, msgID, step)
+	}
+
+	// The next batch arrives before the redelivery of the first.
+	tb2 := proto.TrainBatch{ID: "tb-2", Episodes: group(m2.model(t), "g2", 1), TrainerVersion: 1}
+	m2.publishBatch(t, "tb-2", tb2)
+	eventually(t, 10*time.Second, "version 2", func() bool { return m2.version(t) == 2 })
 	m2.publishBatch(t, "tb-1-redelivered", tb1)
 	eventually(t, 10*time.Second, "the duplicate", func() bool { return r2.tr.Stats().Duplicates == 1 })
-	eventually(t, 10*time.Second, "the step event emitted again", func() bool { return m2.msgs(t, proto.StreamEvents) == 1 })
-	if again, _ := m2.lastStep(t); again.Version != 1 || again.BatchID != "tb-1" || again.Episodes != 2 || again.Loss != step.Loss || again.At != step.At {
-		t.Fatalf("step event emitted again = %+v, want the original %+v", again, step)
+	if s := r2.tr.Stats(); s.Version != 2 || s.Batches != 2 || s.EpisodesTrained != 4 || s.DupEpisodes != 0 {
+		t.Fatalf("stats %+v, want version 2 of two batches, 4 episodes, the redelivery not applied", s)
+	}
+	if v := m2.version(t); v != 2 {
+		t.Fatalf("version %d after a late redelivery, want 2", v)
+	}
+	if n := m2.msgs(t, proto.StreamEvents); n != 2 {
+		t.Fatalf("events stream holds %d step events, want versions 1 and 2", n)
+	}
+	if last, _ := m2.lastStep(t); last.Version != 2 || last.BatchID != "tb-2" {
+		t.Fatalf("last step event %+v, want version 2 of tb-2", last)
+	}
+
+	// Restarted with the events stream whole, it stores nothing again.
+	r2.stop()
+	r3 := m2.startTrainer(t, cfg)
+	if s := r3.tr.Stats(); !s.Resumed || s.Version != 2 {
+		t.Fatalf("stats %+v, want resumed at version 2", s)
+	}
+	if n := m2.msgs(t, proto.StreamEvents); n != 2 {
+		t.Fatalf("events stream holds %d step events after a clean restart, want 2", n)
 	}
 }
 
@@ -431,6 +462,7 @@ func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
 	}
 }
 
+// A checkpoint ahead of the version record (a crash between the two) is repaired on restart.
 func TestRestartRepublishesVersionMissingFromKV(t *testing.T) {
 	m := newMesh(t)
 	cfg := testConfig(1)
