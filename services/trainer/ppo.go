@@ -172,7 +172,16 @@ type batchPasses struct {
 	in     [][]*policy.Prepared
 	prox   [][]float64 // nil when the objective has no correction
 	ref    [][]float64 // nil without a reference or KL term
+	from   []int       // the first turn that trains, by episode (nil: every turn)
 	filled bool
+}
+
+// first is the first turn of episode i that trains.
+func (bp *batchPasses) first(i int) int {
+	if bp.from == nil {
+		return 0
+	}
+	return bp.from[i]
 }
 
 // newPasses prepares the passes of m (the policy before this batch) over eps; ref is the frozen
@@ -215,7 +224,7 @@ func (o Objective) newPasses(m, ref *policy.Model, eps []proto.TrainEpisode) *ba
 func (o Objective) accumulate(m *policy.Model, eps []proto.TrainEpisode, bp *batchPasses, grad []float64) (StepStats, error) {
 	var st StepStats
 	for i := range eps {
-		st.Turns += len(eps[i].Episode.Turns)
+		st.Turns += len(eps[i].Episode.Turns) - bp.first(i)
 	}
 	if st.Turns == 0 {
 		return st, nil
@@ -228,7 +237,8 @@ func (o Objective) accumulate(m *policy.Model, eps []proto.TrainEpisode, bp *bat
 		if len(te.Advantages) != len(te.Episode.Turns) {
 			return st, fmt.Errorf("%w: episode %s has %d advantages for %d turns", proto.ErrMalformed, te.Episode.ID, len(te.Advantages), len(te.Episode.Turns))
 		}
-		for t, turn := range te.Episode.Turns {
+		for t := bp.first(i); t < len(te.Episode.Turns); t++ {
+			turn := &te.Episode.Turns[t]
 			coef := o.entropyCoef(trapped[i], t, len(te.Episode.Turns))
 			adv := te.Advantages[t]
 			if math.IsNaN(adv) || math.IsInf(adv, 0) {

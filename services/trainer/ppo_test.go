@@ -277,3 +277,48 @@ func smallModel(t *testing.T, seed int64) *policy.Model {
 	}
 	return m
 }
+
+// Turns before an episode's first trained turn (TurnStaleness) add nothing to the gradient and are not
+// counted: the gradient is that of the whole batch with those turns' advantages at 0, rescaled from the
+// token mean over every turn to the mean over the trained ones.
+func TestAccumulateFromTrainsOnlyLaterTurns(t *testing.T) {
+	m := smallModel(t, 3)
+	eps := []proto.TrainEpisode{
+		trainEpisode(m, "a", []int{0, 3, 1, 2}, 1.3),
+		trainEpisode(m, "b", []int{2, 2}, -0.8),
+	}
+	o := Objective{Clip: 0.2, DualClip: 3}
+	from := []int{2, 0}
+	cut := make([]float64, m.NumParams())
+	bp := o.newPasses(m, nil, eps)
+	bp.from = from
+	st, err := o.accumulate(m, eps, bp, cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Turns != 4 {
+		t.Fatalf("%d turns trained, want 4 (2 of a, 2 of b)", st.Turns)
+	}
+	if want := -(2*1.3 - 2*0.8) / 4; math.Abs(st.Loss-want) > 1e-9 {
+		t.Fatalf("loss = %v, want %v (the trained turns' mean)", st.Loss, want)
+	}
+	zeroed := slices.Clone(eps)
+	zeroed[0].Advantages = slices.Clone(eps[0].Advantages)
+	zeroed[0].Advantages[0], zeroed[0].Advantages[1] = 0, 0
+	whole := make([]float64, m.NumParams())
+	if _, err := o.accumulate(m, zeroed, o.newPasses(m, nil, zeroed), whole); err != nil {
+		t.Fatal(err)
+	}
+	nonzero := 0
+	for k := range cut {
+		if math.Abs(cut[k]-whole[k]*6/4) > 1e-12 {
+			t.Fatalf("weight %d: gradient %v from turn 2, want %v", k, cut[k], whole[k]*6/4)
+		}
+		if cut[k] != 0 {
+			nonzero++
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("zero gradient")
+	}
+}

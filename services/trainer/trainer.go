@@ -56,6 +56,11 @@ type Config struct {
 	Epochs int
 	// Eta is the staleness bound; an episode admitted more than Eta versions ago is not trained (and counted).
 	Eta int
+	// TurnStaleness applies Eta to each turn instead, by the version that produced it: an episode trains
+	// its turns from the first after its last one older than Eta (turns of cross-policy sampling's stale
+	// copy are not judged), and is not trained (and counted stale) when none is left. Its advantages were
+	// computed with its whole group either way.
+	TurnStaleness bool
 }
 
 // DefaultConfig is the paper's objective with this model's defaults.
@@ -152,6 +157,9 @@ type Stats struct {
 	DupEpisodes     int64 `json:"duplicate_episodes"`
 	StaleDropped    int64 `json:"stale_dropped"`
 	MaxStaleness    int64 `json:"max_staleness"`
+	// StaleTurns counts the turns not trained, for being older than Eta, of episodes that trained their
+	// later turns (Config.TurnStaleness).
+	StaleTurns int64 `json:"stale_turns,omitempty"`
 	// Staleness counts trained episodes by staleness: index s holds the episodes trained at version v+s that
 	// were admitted under version v (never beyond Eta). TurnStaleness counts trained turns the same way, by
 	// the version that produced each turn (beyond Eta only for turns of cross-policy sampling's stale copy).
@@ -412,13 +420,13 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		t.firstAt = start
 	}
 	t.mu.Unlock()
-	eps, dups, stale, maxStale := t.admit(tb.Episodes)
+	eps, from, dups, stale, maxStale := t.admit(tb.Episodes)
 	var ss StepStats
 	var err error
 	prev := t.model.Clone() // a refused batch leaves the weights as they were
 	updateStart := time.Now()
 	if len(eps) > 0 {
-		ss, err = t.update(eps)
+		ss, err = t.update(eps, from)
 	}
 	updateTook := time.Since(updateStart)
 	if err != nil {
@@ -437,11 +445,11 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	t.cp.StaleDropped += int64(stale)
 	t.cp.MaxStaleness = max(t.cp.MaxStaleness, maxStale)
 	trainedAt, turnStale := t.cp.Version-1, map[int64]int64{} // the version these episodes trained
-	for _, te := range eps {
-		s := trainedAt - te.Episode.StartVersion
+	for i, te := range eps {
+		s := trainedAt - t.admittedAt(&te.Episode, from[i])
 		t.cp.Staleness = countAt(t.cp.Staleness, s, 1)
 		t.stale.Observe(float64(s))
-		for _, turn := range te.Episode.Turns {
+		for _, turn := range te.Episode.Turns[from[i]:] {
 			turnStale[trainedAt-turn.Version]++
 		}
 	}
@@ -493,6 +501,9 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	}
 	t.stats.Version, t.stats.Batches, t.stats.EpisodesTrained = t.cp.Version, t.cp.Batches, t.cp.EpisodesTrained
 	t.stats.DupEpisodes += int64(dups)
+	for i := range eps {
+		t.stats.StaleTurns += int64(from[i])
+	}
 	t.stats.StaleDropped, t.stats.MaxStaleness, t.stats.LastBatchID = t.cp.StaleDropped, t.cp.MaxStaleness, tb.ID
 	t.mu.Unlock()
 	log.Debug().Str("batch", tb.ID).Int64("version", t.cp.Version).Int("episodes", len(eps)).Float64("loss", ss.Loss).Dur("took", busy).Msg("batch applied")
@@ -579,27 +590,62 @@ func (t *Trainer) remembers(k uint64) bool {
 }
 
 // admit keeps the episodes that may train: not trained before (by group) and within the staleness bound.
-func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, dups, stale int, maxStale int64) {
+// from[i] is the first turn of out[i] that trains (0 unless TurnStaleness cuts older turns).
+func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, from []int, dups, stale int, maxStale int64) {
 	for _, te := range in {
 		if t.remembers(groupKey(te.Episode.GroupID)) {
 			dups++
 			continue
 		}
-		s := t.cp.Version - te.Episode.StartVersion
+		first := 0
+		if t.cfg.TurnStaleness {
+			first = t.freshFrom(&te.Episode)
+			if first == len(te.Episode.Turns) && first > 0 {
+				stale++
+				continue
+			}
+		}
+		s := t.cp.Version - t.admittedAt(&te.Episode, first)
 		if s > int64(t.cfg.Eta) {
 			stale++
 			continue
 		}
 		maxStale = max(maxStale, s)
 		out = append(out, te)
+		from = append(from, first)
 	}
-	return out, dups, stale, maxStale
+	return out, from, dups, stale, maxStale
+}
+
+// freshFrom is the first turn of ep after its last current-policy turn produced more than Eta versions
+// before the trainer's version (len(ep.Turns) when the last turn is such).
+func (t *Trainer) freshFrom(ep *proto.Episode) int {
+	for i := len(ep.Turns) - 1; i >= 0; i-- {
+		if turn := &ep.Turns[i]; turn.Policy != proto.PolicyStale && t.cp.Version-turn.Version > int64(t.cfg.Eta) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// admittedAt is the version an episode's staleness is counted from: its admission, or with TurnStaleness
+// the version of the first current-policy turn it trains (its admission when it has none).
+func (t *Trainer) admittedAt(ep *proto.Episode, from int) int64 {
+	if t.cfg.TurnStaleness {
+		for _, turn := range ep.Turns[from:] {
+			if turn.Policy != proto.PolicyStale {
+				return turn.Version
+			}
+		}
+	}
+	return ep.StartVersion
 }
 
 // update runs the configured epochs of full-batch PPO updates.
-func (t *Trainer) update(eps []proto.TrainEpisode) (StepStats, error) {
+func (t *Trainer) update(eps []proto.TrainEpisode, from []int) (StepStats, error) {
 	var first StepStats
 	bp := t.cfg.Loss.newPasses(t.model, t.ref, eps) // its proximal policy is filled by the first epoch, before the weights move
+	bp.from = from
 	for e := 0; e < t.cfg.Epochs; e++ {
 		clear(t.grad)
 		ss, err := t.cfg.Loss.accumulate(t.model, eps, bp, t.grad)

@@ -590,3 +590,60 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 }
+
+// With TurnStaleness the bound applies to each turn: an episode admitted too long ago trains its turns
+// produced within eta, one with none left is dropped stale, and turns of the cross-policy stale copy are
+// not judged. The histograms count what trained: episodes from their first trained turn, turns each.
+func TestTurnStalenessTrainsTheFreshTurns(t *testing.T) {
+	m := newMesh(t)
+	cfg := testConfig(1)
+	cfg.TurnStaleness = true
+	r := m.startTrainer(t, cfg)
+	for v := range int64(2) {
+		id := fmt.Sprintf("g%d", v)
+		m.publishBatch(t, id, proto.TrainBatch{ID: id, Episodes: group(m.model(t), id, v)})
+		eventually(t, 10*time.Second, "version "+fmt.Sprint(v+1), func() bool { return m.version(t) == v+1 })
+	}
+	eventually(t, 10*time.Second, "two batches counted", func() bool { return r.tr.Stats().Batches == 2 })
+	pm := m.model(t)
+	late := episode(pm, "late", "g", 0, []int{0, 0, 1, 0}, 1) // turns at versions 0, 1, 2, 2: the first is 2 old
+	for i, v := range []int64{0, 1, 2, 2} {
+		late.Episode.Turns[i].Version = v
+	}
+	gone := episode(pm, "gone", "g", 0, []int{2, 2}, -1) // both turns at version 0
+	copied := episode(pm, "copied", "g", 0, []int{3, 0}, 0.5)
+	copied.Episode.Turns[0].Policy = proto.PolicyStale // the stale copy's turn, at version 0, and one at 2
+	copied.Episode.Turns[1].Version = 2
+	m.publishBatch(t, "g-late", proto.TrainBatch{ID: "g-late", Episodes: []proto.TrainEpisode{late, gone, copied}})
+	eventually(t, 10*time.Second, "version 3", func() bool { return m.version(t) == 3 })
+	eventually(t, 10*time.Second, "three batches counted", func() bool { return r.tr.Stats().Batches == 3 })
+	s := r.tr.Stats()
+	if s.EpisodesTrained != 6 || s.StaleDropped != 1 || s.StaleTurns != 1 || s.MaxStaleness != 1 {
+		t.Fatalf("stats %+v: want 6 trained (late, copied), 1 stale (gone), 1 stale turn (late's first), max staleness 1", s)
+	}
+	// Episodes: the first two batches at 0; late from its turn at version 1 (1 old), copied from its turn at 2.
+	if !slices.Equal(s.Staleness, []int64{5, 1}) {
+		t.Fatalf("episode staleness %v, want [5 1]", s.Staleness)
+	}
+	// Turns: 10 of the first batches at 0; late's at 1, 2, 2 (1, 0, 0); copied's at 0 (2, the copy) and 2 (0).
+	if !slices.Equal(s.TurnStaleness, []int64{13, 1, 1}) {
+		t.Fatalf("turn staleness %v, want [13 1 1]", s.TurnStaleness)
+	}
+	if step, _ := m.lastStep(t); step.Version != 3 || step.Episodes != 2 || step.MaxStaleness != 1 {
+		t.Fatalf("step event %+v, want version 3 of 2 episodes, max staleness 1", step)
+	}
+
+	// Without it the same batch is judged by admission: all three are 2 versions old, none trains.
+	m2 := newMesh(t)
+	r2 := m2.startTrainer(t, testConfig(1))
+	for v := range int64(2) {
+		id := fmt.Sprintf("g%d", v)
+		m2.publishBatch(t, id, proto.TrainBatch{ID: id, Episodes: group(m2.model(t), id, v)})
+		eventually(t, 10*time.Second, "version "+fmt.Sprint(v+1), func() bool { return m2.version(t) == v+1 })
+	}
+	m2.publishBatch(t, "g-late", proto.TrainBatch{ID: "g-late", Episodes: []proto.TrainEpisode{late, gone, copied}})
+	eventually(t, 10*time.Second, "three batches counted", func() bool { return r2.tr.Stats().Batches == 3 })
+	if s := r2.tr.Stats(); s.EpisodesTrained != 4 || s.StaleDropped != 3 || s.StaleTurns != 0 {
+		t.Fatalf("stats by admission %+v: want 4 trained, 3 stale", s)
+	}
+}
