@@ -294,6 +294,35 @@ type Episode struct {
 	StartVersion int64 `msgpack:"start_version"`
 }
 
+// TurnsWithin applies the staleness bound eta at trainer version v to each turn, by the version that
+// produced it (turns of the policy pool's deliberately older members, cross-policy sampling's stale copy
+// and a saved checkpoint, are not judged). from is the first turn after
+// the last current-policy turn older than the bound; since is the version the episode's staleness counts
+// from, that of its first current-policy turn from there (StartVersion when there is none); ok says
+// whether anything of the episode is within the bound.
+func (e *Episode) TurnsWithin(v int64, eta int) (from int, since int64, ok bool) {
+	for i := len(e.Turns) - 1; i >= 0; i-- {
+		if t := &e.Turns[i]; t.judged() && v-t.Version > int64(eta) {
+			from = i + 1
+			break
+		}
+	}
+	if from == len(e.Turns) && from > 0 {
+		return from, e.StartVersion, false
+	}
+	since = e.StartVersion
+	for i := from; i < len(e.Turns); i++ {
+		if e.Turns[i].judged() {
+			since = e.Turns[i].Version
+			break
+		}
+	}
+	return from, since, v-since <= int64(eta)
+}
+
+// judged says whether a turn's version counts toward staleness: the current policy produced it.
+func (t *Turn) judged() bool { return t.Policy != PolicyStale && t.Policy != PolicyCheckpoint }
+
 // Success reports whether the episode solved its task.
 func (e *Episode) Success() bool { return e.Status == StatusCompleted && e.Reward >= 1 }
 

@@ -81,7 +81,8 @@ type trialResult struct {
 	MaxStaleness    int64   `json:"max_staleness"`
 	DroppedStale    int64   `json:"dropped_stale"`
 	// DroppedStaleByTask is the replay-buffer's part of DroppedStale by task family (the trainer's own
-	// drops, of batches that went stale in its queue, are not split).
+	// drops, of batches that went stale in its queue, are not split), with the stale members a batch
+	// carried for their group's baseline (--turn-staleness; StaleInBaseline, counted stale by the trainer).
 	DroppedStaleByTask map[string]int64 `json:"dropped_stale_by_task_buffer"`
 	// TrainedByTask counts the episodes the replay-buffer batched, by family; TrainedSuccessByTask is the
 	// share of them that succeeded and StaleSuccessByTask the share of its stale drops that did (each over
@@ -100,10 +101,14 @@ type trialResult struct {
 	StaleMixedByTask   map[string]float64 `json:"stale_mixed_groups_by_task,omitempty"`
 	// CutPlaying counts members still playing when the replay-buffer took their group without them
 	// (--cut); they are not trained and not in DroppedStale.
-	CutPlaying     int64                         `json:"cut_playing"`
-	InfraFailures  int64                         `json:"infra_failures"`
-	HeldOut        map[string]rollout.EvalResult `json:"heldout,omitempty"`
-	HeldOutSuccess float64                       `json:"heldout_success"`
+	CutPlaying int64 `json:"cut_playing"`
+	// StaleInBaseline counts stale members carried in a batch for their group's baseline, and StaleTurns
+	// the turns older than the bound that trained episodes left out (--turn-staleness).
+	StaleInBaseline int64                         `json:"stale_in_baseline"`
+	StaleTurns      int64                         `json:"stale_turns"`
+	InfraFailures   int64                         `json:"infra_failures"`
+	HeldOut         map[string]rollout.EvalResult `json:"heldout,omitempty"`
+	HeldOutSuccess  float64                       `json:"heldout_success"`
 	// HeldOutCurve is held-out success along the window (trialConfig.HeldOutPoints > 1): at its start, then
 	// after each equal part; the last point is HeldOut's.
 	HeldOutCurve []heldOutPoint `json:"heldout_curve,omitempty"`
@@ -294,7 +299,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)
 	res.DroppedStale = ts.StaleDropped + bs.DroppedStale
-	res.CutPlaying = bs.Cut
+	res.CutPlaying, res.StaleInBaseline, res.StaleTurns = bs.Cut, bs.Baseline, ts.StaleTurns
 	res.TrainedByTask, res.TrainedSuccessByTask, res.TrainedTurnsByTask, res.TrainedMixedByTask = tallyFigures(bs.BatchedByTask)
 	res.DroppedStaleByTask, res.StaleSuccessByTask, res.StaleTurnsByTask, res.StaleMixedByTask = tallyFigures(bs.DroppedStaleByTask)
 	for _, r := range m.Rollouts {

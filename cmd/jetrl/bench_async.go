@@ -52,6 +52,7 @@ type benchAsyncCmd struct {
 	MaxQueued     int           `name:"max-queued" default:"1" help:"Most batches released and not yet applied, in both modes (1: the next batch is composed when the trainer takes one, so none goes stale in its queue; negative: no bound)."`
 	Lead          time.Duration `name:"lead" default:"100ms" help:"The replay-buffer composes the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued, in both modes, so the trainer finds it waiting (0: off)."`
 	Cut           float64       `name:"cut" default:"0" help:"The replay-buffer takes a group still playing when the last batch that can take it is composed, without the members still playing, once this share of it has arrived, in both modes (0: off; the group then goes stale whole)."`
+	TurnStale     bool          `name:"turn-staleness" help:"Apply the staleness bound to each turn, by the version that produced it, in both modes (the synchronous mode's turns are all current): a late episode trains its turns within the bound, and its group's members with none count in the baseline only."`
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
@@ -149,6 +150,7 @@ type asyncWorkload struct {
 	MaxQueued       int      `json:"max_queued"`
 	LeadMS          float64  `json:"lead_ms"`
 	Cut             float64  `json:"cut"`
+	TurnStaleness   bool     `json:"turn_staleness"`
 	HeldOutPoints   int      `json:"heldout_points"`
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
@@ -277,7 +279,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg.Loss.Correction, tcfg.Loss.ISCap = c.Correction, c.ISCap
 	return trialConfig{
 		Mesh: mesh.Config{
-			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, Eta: eta,
+			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStale, Eta: eta,
 			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 			Rollout: rollout.Config{Concurrency: c.concurrency()},
 		},
@@ -321,7 +323,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
 		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
-		MaxQueued: c.MaxQueued, LeadMS: benchMillis(c.Lead), Cut: c.Cut, HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		MaxQueued: c.MaxQueued, LeadMS: benchMillis(c.Lead), Cut: c.Cut, TurnStaleness: c.TurnStale, HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
 		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
@@ -573,6 +575,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; cut while playing: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.CutPlaying, p.Async.CutPlaying, p.Sync.InfraFailures, p.Async.InfraFailures)
+		if c.TurnStale {
+			fmt.Printf("by turn: async stale members carried for their group's baseline %d, turns older than the bound left out of trained episodes %d\n",
+				p.Async.StaleInBaseline, p.Async.StaleTurns)
+		}
 		if len(p.Async.TrainedSuccessByTask) > 0 {
 			fmt.Printf("success of trained episodes: sync %s, async %s; of async stale drops: %s\n",
 				shareByTaskString(p.Sync.TrainedSuccessByTask), shareByTaskString(p.Async.TrainedSuccessByTask), shareByTaskString(p.Async.StaleSuccessByTask))

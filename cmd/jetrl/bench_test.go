@@ -50,7 +50,7 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
 		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LR: 0.0035,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
-		MaxQueued: 1, Lead: 100 * time.Millisecond, Cut: 0.75, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
+		MaxQueued: 1, Lead: 100 * time.Millisecond, Cut: 0.75, TurnStale: true, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -102,8 +102,11 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	if res.Workload.LeadMS != 100 || res.Workload.Cut != 0.75 {
 		t.Errorf("workload lead %v ms and cut %v, want the --lead of 100 ms and the --cut of 0.75", res.Workload.LeadMS, res.Workload.Cut)
 	}
-	if as, _ := out["async"].(map[string]any); as == nil || as["cut_playing"] == nil {
-		t.Errorf("JSON async %v has no cut_playing", out["async"])
+	if as, _ := out["async"].(map[string]any); as == nil || as["cut_playing"] == nil || as["stale_in_baseline"] == nil || as["stale_turns"] == nil {
+		t.Errorf("JSON async %v has no cut_playing, stale_in_baseline or stale_turns", out["async"])
+	}
+	if wl, _ := out["workload"].(map[string]any); wl["turn_staleness"] != true {
+		t.Errorf("JSON workload %v: want turn_staleness true (--turn-staleness)", wl)
 	}
 	if res.Workload.LearningRate != c.LR {
 		t.Errorf("learning rate %v at %d epochs, want --lr %v whatever the epochs", res.Workload.LearningRate, cal.ChosenEpochs, c.LR)

@@ -94,6 +94,11 @@ type Config struct {
 	// unless its members time out). The members cut are the slowest, often the ones that wander to the
 	// turn limit, so a group taken without them under-weights failure: off by default.
 	Cut float64
+	// TurnStaleness applies Eta to each turn, by the version that produced it (proto.Episode.TurnsWithin),
+	// as the trainer does with its own TurnStaleness: a member is usable while one of its turns is within
+	// the bound, and a group that trains takes its members with none along, for its GRPO baseline only
+	// (the trainer counts them stale). Off: an episode is judged by the version it was admitted under.
+	TurnStaleness bool
 }
 
 // SetDefaults fills unset fields.
@@ -255,7 +260,10 @@ type Stats struct {
 	DroppedGroup int64 `json:"dropped_small_group"`
 	Missing      int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
-	Cut         int64 `json:"cut_playing"`
+	Cut int64 `json:"cut_playing"`
+	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
+	// the trainer counts them stale, so they are in neither Batched nor DroppedStale.
+	Baseline    int64 `json:"stale_in_baseline,omitempty"`
 	Duplicates  int64 `json:"duplicates"`
 	Late        int64 `json:"late"`
 	GroupStarts int64 `json:"group_starts"`
@@ -271,7 +279,7 @@ type Stats struct {
 	DeadLettered  int64 `json:"dead_lettered"`
 	MaxStaleness  int64 `json:"max_staleness"`
 	PendingGroups int   `json:"pending_groups"`
-	// DroppedStaleByTask splits DroppedStale by task family, and BatchedByTask splits Batched. Next to each
+	// DroppedStaleByTask splits DroppedStale and Baseline by task family, and BatchedByTask splits Batched. Next to each
 	// other they show whether the staleness bound takes a family's successes, or its long episodes, more
 	// often than the rest (which would bias what the trainer sees of it).
 	DroppedStaleByTask map[string]Tally `json:"dropped_stale_by_task,omitempty"`
@@ -935,7 +943,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 			}
 			for _, t := range take {
 				if t.ok != nil {
-					t.g.refunded = t.g.size - len(t.ok) // what it owed: only stale members can add to it
+					t.g.refunded = t.g.size - len(t.ok) - len(t.base) // what it owed: only stale members can add to it
 				}
 			}
 		}
@@ -949,11 +957,16 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		return nil
 	}
 	var eps []proto.Episode
+	usable = 0
 	for _, t := range take {
 		eps = append(eps, t.ok...)
+		usable += len(t.ok)
+	}
+	for _, t := range take {
+		eps = append(eps, t.base...)
 	}
 	if len(eps) > 0 {
-		if err := b.publish(ctx, js, eps, v); err != nil {
+		if err := b.publish(ctx, js, eps, usable, v); err != nil {
 			return err
 		}
 	}
@@ -974,16 +987,16 @@ func (b *Buffer) sortReady() {
 // for a later batch, and the usable episodes taken.
 func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
 	for _, g := range b.ready {
-		ok, masked, stale := b.split(g, v)
-		if len(ok) < b.cfg.MinGroup {
-			ok = nil
+		ok, base, masked, stale := b.split(g, v)
+		if len(ok) == 0 || len(ok)+len(base) < b.cfg.MinGroup {
+			ok, base = nil, nil
 		}
 		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
 			keep = append(keep, g)
 			continue
 		}
 		usable += len(ok)
-		take = append(take, settled{g, ok, masked, stale})
+		take = append(take, settled{g, ok, base, masked, stale})
 	}
 	return take, keep, usable
 }
@@ -1034,7 +1047,7 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 		if g.startVersion != v-int64(b.cfg.Eta) {
 			continue
 		}
-		if ok, _, _ := b.split(g, v); len(ok) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
+		if ok, base, _, _ := b.split(g, v); len(ok) == 0 || len(ok)+len(base) < b.cfg.MinGroup || float64(len(g.members)) < b.cfg.Cut*float64(g.size) {
 			continue
 		}
 		log.Debug().Str("group", g.id).Int("have", len(g.members)).Int("want", g.size).Int64("version", v).Msg("group cut at its last batch")
@@ -1045,17 +1058,19 @@ func (b *Buffer) cut(v int64, log zerolog.Logger) bool {
 	return moved
 }
 
-// settled is a ready group as release decides on it: its usable members (nil when it cannot train) and
-// how many of the others were masked, and the tally of the stale.
+// settled is a ready group as release decides on it: its usable members (nil when it cannot train), its
+// stale members sent along for the baseline (TurnStaleness), how many of the others were masked, and the
+// tally of the stale (those sent along among them).
 type settled struct {
 	g      *group
 	ok     []proto.Episode
+	base   []proto.Episode
 	masked int
 	stale  Tally
 }
 
 // owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
-func (t settled) owed() int64 { return int64(t.g.size - len(t.ok) - t.g.refunded) }
+func (t settled) owed() int64 { return int64(t.g.size - len(t.ok) - len(t.base) - t.g.refunded) }
 
 // settle closes groups that are in a published batch or cannot train: it refunds the admissions of every
 // member that will not reach the trainer, counts why, acks the members and the start marker, and
@@ -1076,9 +1091,11 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 		if t.ok == nil {
 			small = len(t.g.members) - t.masked - int(t.stale.Episodes)
 		}
+		stale := t.stale.Episodes - int64(len(t.base)) // those sent along are the trainer's to count
 		b.count(func(s *Stats) {
 			s.Masked += int64(t.masked)
-			s.DroppedStale += t.stale.Episodes
+			s.DroppedStale += stale
+			s.Baseline += int64(len(t.base))
 			if t.stale.Episodes > 0 {
 				addTally(&s.DroppedStaleByTask, t.g.task, t.stale)
 			}
@@ -1098,7 +1115,7 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 			s.DroppedGroup += int64(small)
 		})
 		b.dropped.WithLabelValues("infra").Add(float64(t.masked))
-		b.dropped.WithLabelValues("stale").Add(float64(t.stale.Episodes))
+		b.dropped.WithLabelValues("stale").Add(float64(stale))
 		if t.g.cut {
 			b.dropped.WithLabelValues("cut").Add(float64(missing))
 		} else {
@@ -1172,8 +1189,9 @@ func (b *Buffer) queueDepth(ctx context.Context, js jetstream.JetStream) (int, e
 	return n, nil
 }
 
-// split sorts a group's members into usable ones, counts the masked and tallies the stale.
-func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked int, stale Tally) {
+// split sorts a group's members into usable ones and, with TurnStaleness, stale ones that can go along
+// for the baseline; it counts the masked and tallies the stale.
+func (b *Buffer) split(g *group, v int64) (ok, base []proto.Episode, masked int, stale Tally) {
 	ids := make([]string, 0, len(g.members))
 	for id := range g.members {
 		ids = append(ids, id)
@@ -1184,6 +1202,13 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked int, stale
 		switch {
 		case ep.InfraFailure:
 			masked++
+		case b.cfg.TurnStaleness:
+			if _, _, within := ep.TurnsWithin(v, b.cfg.Eta); within {
+				ok = append(ok, ep)
+			} else {
+				stale.add(&ep)
+				base = append(base, ep)
+			}
 		case v-ep.StartVersion > int64(b.cfg.Eta):
 			stale.add(&ep)
 		default:
@@ -1191,20 +1216,34 @@ func (b *Buffer) split(g *group, v int64) (ok []proto.Episode, masked int, stale
 		}
 	}
 	stale.closeGroup()
-	return ok, masked, stale
+	return ok, base, masked, stale
 }
 
-// publish stores one batch; its id is a hash of its episode ids, so a re-release after a crash is deduplicated.
-func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []proto.Episode, v int64) error {
+// trains is the staleness of an episode in a batch for version v and its turns that train.
+func (b *Buffer) trains(ep *proto.Episode, v int64) (staleness int64, turns int) {
+	if !b.cfg.TurnStaleness {
+		return v - ep.StartVersion, len(ep.Turns)
+	}
+	from, since, _ := ep.TurnsWithin(v, b.cfg.Eta)
+	return v - since, len(ep.Turns) - from
+}
+
+// publish stores one batch; its id is a hash of its episode ids, so a re-release after a crash is
+// deduplicated. The first usable episodes train; the rest go along for their groups' baselines.
+func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []proto.Episode, usable int, v int64) error {
 	h := sha256.New()
 	maxStale := int64(0)
 	turns := 0
-	for _, ep := range eps {
-		turns += len(ep.Turns)
-		h.Write([]byte(ep.ID))
+	for i := range eps {
+		h.Write([]byte(eps[i].ID))
 		h.Write([]byte{0})
-		maxStale = max(maxStale, v-ep.StartVersion)
-		b.staleness.Observe(float64(v - ep.StartVersion))
+		if i >= usable {
+			continue
+		}
+		s, n := b.trains(&eps[i], v)
+		turns += n
+		maxStale = max(maxStale, s)
+		b.staleness.Observe(float64(s))
 	}
 	now := time.Now()
 	batch := proto.Batch{Schema: proto.SchemaVersion, ID: "b-" + hex.EncodeToString(h.Sum(nil))[:24], Episodes: eps, TrainerVersion: v, ReleasedAt: now.UnixNano()}
@@ -1219,7 +1258,7 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	b.batches.Inc()
 	b.count(func(s *Stats) {
 		s.Batches++
-		s.Batched += int64(len(eps))
+		s.Batched += int64(usable)
 		s.MaxStaleness = max(s.MaxStaleness, maxStale)
 		s.PendingGroups = len(b.groups)
 	})

@@ -593,3 +593,42 @@ func TestTimedOutGroupIsRefundedBeforeItsBatch(t *testing.T) {
 		t.Fatalf("stats = %+v, want 5 missing, 5 batched, 1 late, no group pending", s)
 	}
 }
+
+// With TurnStaleness a member admitted too long ago is usable while one of its turns is within the bound;
+// a group that trains takes its members with none along for the baseline (the trainer counts them stale,
+// so no admission is given back for them), and a group with no usable member goes stale whole.
+func TestTurnStalenessKeepsMembersWithRecentTurns(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 5)
+	c := cfg(2) // eta 1: at version 5, turns of versions 4 and 5 are within the bound
+	c.TurnStaleness = true
+	r := m.startBuffer(t, c)
+	turns := func(e proto.Episode, versions ...int64) proto.Episode {
+		e.Turns = nil
+		for _, v := range versions {
+			e.Turns = append(e.Turns, proto.Turn{Observation: "o", Candidates: []string{"a", "b"}, LogProb: -0.69, Version: v, Policy: proto.PolicyCurrent})
+		}
+		return e
+	}
+	m.publish(t, ep("old", 0, 2, 3), "")
+	m.publish(t, ep("old", 1, 2, 3), "")
+	eventually(t, 10*time.Second, "the stale group refunded", func() bool { return m.refunded(t) == 2 })
+	m.publish(t, turns(ep("late", 0, 3, 3), 3, 4), "")
+	m.publish(t, turns(ep("late", 1, 3, 3), 3), "")
+	m.publish(t, turns(ep("late", 2, 3, 3), 3, 3, 5), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"late-0", "late-2", "late-1"}) {
+		t.Fatalf("batch holds %v, want the members with a recent turn, then late-1 for the baseline", got)
+	}
+	eventually(t, 5*time.Second, "the batch counted", func() bool { return r.b.Stats().Batched == 2 })
+	s := r.b.Stats()
+	if s.DroppedStale != 2 || s.Baseline != 1 || s.MaxStaleness != 1 || m.refunded(t) != 2 {
+		t.Fatalf("stats %+v, refunded %d: want old's 2 dropped stale, late-1 in the baseline, max staleness 1 (late-0 from its turn at 4), 2 refunded",
+			s, m.refunded(t))
+	}
+	// Odd members won: old-1 and late-1 among the stale (late-1 sent along), neither late-0 nor late-2.
+	if !maps.Equal(s.DroppedStaleByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 3, Won: 2, Turns: 3, Groups: 2, Mixed: 1}}) ||
+		!maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 2, Won: 0, Turns: 5, Groups: 1, Mixed: 0}}) {
+		t.Fatalf("stale by task %v, batched %v", s.DroppedStaleByTask, s.BatchedByTask)
+	}
+}

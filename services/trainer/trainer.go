@@ -446,7 +446,11 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	t.cp.MaxStaleness = max(t.cp.MaxStaleness, maxStale)
 	trainedAt, turnStale := t.cp.Version-1, map[int64]int64{} // the version these episodes trained
 	for i, te := range eps {
-		s := trainedAt - t.admittedAt(&te.Episode, from[i])
+		s := trainedAt - te.Episode.StartVersion
+		if t.cfg.TurnStaleness {
+			_, since, _ := te.Episode.TurnsWithin(trainedAt, t.cfg.Eta)
+			s = trainedAt - since
+		}
 		t.cp.Staleness = countAt(t.cp.Staleness, s, 1)
 		t.stale.Observe(float64(s))
 		for _, turn := range te.Episode.Turns[from[i]:] {
@@ -597,16 +601,12 @@ func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, from
 			dups++
 			continue
 		}
-		first := 0
+		first, since, ok := 0, te.Episode.StartVersion, true
 		if t.cfg.TurnStaleness {
-			first = t.freshFrom(&te.Episode)
-			if first == len(te.Episode.Turns) && first > 0 {
-				stale++
-				continue
-			}
+			first, since, ok = te.Episode.TurnsWithin(t.cp.Version, t.cfg.Eta)
 		}
-		s := t.cp.Version - t.admittedAt(&te.Episode, first)
-		if s > int64(t.cfg.Eta) {
+		s := t.cp.Version - since
+		if !ok || s > int64(t.cfg.Eta) {
 			stale++
 			continue
 		}
@@ -615,30 +615,6 @@ func (t *Trainer) admit(in []proto.TrainEpisode) (out []proto.TrainEpisode, from
 		from = append(from, first)
 	}
 	return out, from, dups, stale, maxStale
-}
-
-// freshFrom is the first turn of ep after its last current-policy turn produced more than Eta versions
-// before the trainer's version (len(ep.Turns) when the last turn is such).
-func (t *Trainer) freshFrom(ep *proto.Episode) int {
-	for i := len(ep.Turns) - 1; i >= 0; i-- {
-		if turn := &ep.Turns[i]; turn.Policy != proto.PolicyStale && t.cp.Version-turn.Version > int64(t.cfg.Eta) {
-			return i + 1
-		}
-	}
-	return 0
-}
-
-// admittedAt is the version an episode's staleness is counted from: its admission, or with TurnStaleness
-// the version of the first current-policy turn it trains (its admission when it has none).
-func (t *Trainer) admittedAt(ep *proto.Episode, from int) int64 {
-	if t.cfg.TurnStaleness {
-		for _, turn := range ep.Turns[from:] {
-			if turn.Policy != proto.PolicyStale {
-				return turn.Version
-			}
-		}
-	}
-	return ep.StartVersion
 }
 
 // update runs the configured epochs of full-batch PPO updates.

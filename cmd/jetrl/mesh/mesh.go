@@ -38,17 +38,19 @@ type Config struct {
 	// Lead composes the next batch this long before the trainer's step should end (replaybuffer.Config.Lead).
 	Lead time.Duration
 	// Cut takes a group still playing at its last batch without its last members (replaybuffer.Config.Cut).
-	Cut        float64
-	Eta        int
-	EnvHosts   int
-	Rollouts   int
-	StaleProb  float64
-	Trainer    trainer.Config
-	Normalizer normalizer.Config
-	Rollout    rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
-	Env        env.Config     // template for every host
-	Families   task.Registry  // default: the built-in families
-	Log        zerolog.Logger
+	Cut float64
+	// TurnStaleness applies Eta to each turn in the replay-buffer and the trainer (their TurnStaleness).
+	TurnStaleness bool
+	Eta           int
+	EnvHosts      int
+	Rollouts      int
+	StaleProb     float64
+	Trainer       trainer.Config
+	Normalizer    normalizer.Config
+	Rollout       rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
+	Env           env.Config     // template for every host
+	Families      task.Registry  // default: the built-in families
+	Log           zerolog.Logger
 	// Metrics, if set, receives every service's metrics, labelled with the service replica.
 	Metrics prometheus.Registerer
 }
@@ -136,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		m.hostStops = append(m.hostStops, stop)
 	}
 	tcfg := cfg.Trainer
-	tcfg.Eta = cfg.Eta
+	tcfg.Eta, tcfg.TurnStaleness = cfg.Eta, cfg.TurnStaleness
 	if m.Trainer, err = m.newTrainer(ctx, tcfg); err != nil {
 		return nil, err
 	}
@@ -152,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if c, err = m.connect(ctx, "replay-buffer"); err != nil {
 		return nil, err
 	}
-	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued, Lead: cfg.Lead, Cut: cfg.Cut},
+	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued, Lead: cfg.Lead, Cut: cfg.Cut, TurnStaleness: cfg.TurnStaleness},
 		replaybuffer.Deps{Conn: c, Log: cfg.Log.With().Str("service", "replay-buffer").Logger(), Metrics: cfg.registerer("replay-buffer")}); err != nil {
 		return nil, err
 	}

@@ -19,12 +19,13 @@ type cli struct {
 	MaxQueued      int           `name:"max-queued" env:"JETRL_MAX_QUEUED" default:"2" help:"Most batches released and not yet applied by the trainer (negative: no bound)."`
 	Lead           time.Duration `name:"lead" env:"JETRL_LEAD" default:"0s" help:"Compose the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued (0: off)."`
 	Cut            float64       `name:"cut" env:"JETRL_CUT" default:"0" help:"When the last batch that can take a group still playing is composed, take the group without the members still playing once this share of it has arrived (0: off; the group then goes stale whole)."`
+	TurnStaleness  bool          `name:"turn-staleness" env:"JETRL_TURN_STALENESS" help:"Apply the staleness bound to each turn, by the version that produced it, instead of to the version an episode was admitted under (the replay-buffer and the trainer must agree)."`
 }
 
 func main() {
 	var c cli
 	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
-		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut},
+		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStaleness},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err

@@ -10,11 +10,12 @@ import (
 
 type cli struct {
 	config.Common
-	Seed     int64   `name:"seed" env:"JETRL_SEED" default:"1" help:"Seed of the initial policy."`
-	LR       float64 `name:"lr" env:"JETRL_LR" default:"0" help:"Adam learning rate (0: the model's default)."`
-	Epochs   int     `name:"epochs" env:"JETRL_EPOCHS" default:"2" help:"PPO epochs per batch."`
-	TaskSalt bool    `name:"task-salt" env:"JETRL_TASK_SALT" help:"Key the policy's candidate features by task (no weights shared between families)."`
-	Eta      int     `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
+	Seed      int64   `name:"seed" env:"JETRL_SEED" default:"1" help:"Seed of the initial policy."`
+	LR        float64 `name:"lr" env:"JETRL_LR" default:"0" help:"Adam learning rate (0: the model's default)."`
+	Epochs    int     `name:"epochs" env:"JETRL_EPOCHS" default:"2" help:"PPO epochs per batch."`
+	TaskSalt  bool    `name:"task-salt" env:"JETRL_TASK_SALT" help:"Key the policy's candidate features by task (no weights shared between families)."`
+	Eta       int     `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
+	TurnStale bool    `name:"turn-staleness" env:"JETRL_TURN_STALENESS" help:"Apply the staleness bound to each turn, by the version that produced it, instead of to the version an episode was admitted under (the replay-buffer and the trainer must agree)."`
 	// The objective, with the names and defaults of jetrl up (trainer.DefaultConfig).
 	Clip        float64 `name:"clip" env:"JETRL_CLIP" default:"0.2" help:"PPO clip ε."`
 	DualClip    float64 `name:"dual-clip" env:"JETRL_DUAL_CLIP" default:"3" help:"Dual clip c for negative advantages (0: off)."`
@@ -39,6 +40,7 @@ func main() {
 func (c *cli) trainerConfig() trainer.Config {
 	cfg := trainer.DefaultConfig()
 	cfg.Model.Seed, cfg.Model.TaskSalt, cfg.Epochs, cfg.Eta, cfg.Adam.LR = c.Seed, c.TaskSalt, c.Epochs, c.Eta, c.LR
+	cfg.TurnStaleness = c.TurnStale
 	cfg.Loss = trainer.Objective{Clip: c.Clip, DualClip: c.DualClip, KLCoef: c.KLCoef, EntropyCoef: c.EntropyCoef, TrapEntropyCoef: c.TrapEntropy, Correction: c.Correction, ISCap: c.ISCap}
 	return cfg
 }
