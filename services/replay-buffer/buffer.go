@@ -918,7 +918,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	}
 	if !wait && usable > 0 && b.cut(v, log) {
 		b.sortReady()
-		take, keep, _ = b.compose(v)
+		take, keep, usable = b.compose(v)
 	}
 	if wait {
 		// Groups with nothing to train (every member masked or stale, or too few left) never will have:
@@ -957,10 +957,8 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		return nil
 	}
 	var eps []proto.Episode
-	usable = 0
 	for _, t := range take {
 		eps = append(eps, t.ok...)
-		usable += len(t.ok)
 	}
 	for _, t := range take {
 		eps = append(eps, t.base...)

@@ -57,8 +57,8 @@ type Config struct {
 	// Eta is the staleness bound; an episode admitted more than Eta versions ago is not trained (and counted).
 	Eta int
 	// TurnStaleness applies Eta to each turn instead, by the version that produced it: an episode trains
-	// its turns from the first after its last one older than Eta (turns of cross-policy sampling's stale
-	// copy are not judged), and is not trained (and counted stale) when none is left. Its advantages were
+	// its turns from the first after its last one older than Eta (proto.Episode.TurnsWithin: turns of the
+	// policy pool's stale copy and saved checkpoint are not judged), and is not trained (and counted stale) when none is left. Its advantages were
 	// computed with its whole group either way.
 	TurnStaleness bool
 }
@@ -387,23 +387,17 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		t.refuse(ctx, st, m, err, log)
 		return nil
 	}
-	if tb.ID != t.cp.LastBatchID && slices.Contains(t.cp.RecentBatches, tb.ID) {
-		// Applied before a crash and redelivered after a later batch: its version and step event are stored.
-		t.batches.WithLabelValues("duplicate").Inc()
-		t.mu.Lock()
-		t.stats.Duplicates++
-		t.mu.Unlock()
-		log.Info().Str("batch", tb.ID).Msg("batch applied before the last one; acked again")
-		_ = m.Ack()
-		return nil
-	}
-	if tb.ID == t.cp.LastBatchID {
-		// Applied before a crash or lost ack: the checkpoint has it already.
+	if tb.ID == t.cp.LastBatchID || slices.Contains(t.cp.RecentBatches, tb.ID) {
+		// Applied before a crash or lost ack (possibly redelivered after a later batch): the checkpoint has it.
 		t.batches.WithLabelValues("duplicate").Inc()
 		t.mu.Lock()
 		t.stats.Duplicates++
 		t.mu.Unlock()
 		log.Info().Str("batch", tb.ID).Msg("batch already applied; acked again")
+		if tb.ID != t.cp.LastBatchID { // an earlier version, whose step event was stored before the next one trained
+			_ = m.Ack()
+			return nil
+		}
 		// The step event may not have been stored before the crash; its msg id makes this a no-op if it was.
 		ev := proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, EpisodesTrained: t.cp.EpisodesTrained, At: time.Now().UnixNano()}
 		if t.cp.LastStep != nil && t.cp.LastStep.BatchID == tb.ID && t.cp.LastStep.Version == t.cp.Version {
