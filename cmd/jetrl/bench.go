@@ -154,7 +154,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	}
 	defer srv.Shutdown()
 	mc := tc.Mesh
-	mc.NATSURL, mc.Log = srv.URL(), log
+	mc.NATSURL, mc.Dial, mc.Log = srv.URL(), []nats.Option{srv.InProcess()}, log
 	if mc.Env.StepLatency, err = tc.Latency.StepLatency(); err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	if err := m.WaitVersion(ctx, 0); err != nil {
 		return nil, err
 	}
-	admin, err := bus.Connect(ctx, srv.URL(), "jetrl-bench", log)
+	admin, err := bus.Connect(ctx, srv.URL(), "jetrl-bench", log, srv.InProcess())
 	if err != nil {
 		return nil, err
 	}

@@ -28,11 +28,19 @@ func dataBenchPositive(t *testing.T, obj map[string]any, key string) {
 	}
 }
 
-// A tiny bench mesh: the five services move zero-latency episodes, the raw publish-and-consume moves the
-// same bytes, and the JSON has the documented keys with positive rates. No timing is asserted.
+// A tiny bench mesh, its clients in-process and over loopback TCP: the five services move zero-latency
+// episodes, the raw publish-and-consume moves the same bytes, and the JSON has the documented keys with
+// positive rates. No timing is asserted.
 func TestBenchMeshSmoke(t *testing.T) {
+	for _, loopback := range []bool{false, true} {
+		want := map[bool]string{false: "in-process", true: "loopback tcp"}[loopback]
+		t.Run(want, func(t *testing.T) { benchMeshSmoke(t, loopback, want) })
+	}
+}
+
+func benchMeshSmoke(t *testing.T, loopback bool, connection string) {
 	c := &benchMeshCmd{Seconds: 1.5, Warmup: 0.5, Turns: 2, GroupSize: 4, BatchSize: 16, Eta: 2, Concurrency: 16, Bits: 10,
-		RawMin: 200, RawWindow: 64, RawRounds: 2, JSON: true, LogLevel: "error"}
+		RawMin: 200, RawWindow: 64, RawRounds: 2, Loopback: loopback, JSON: true, LogLevel: "error"}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +60,9 @@ func TestBenchMeshSmoke(t *testing.T) {
 	// episode is those and its env calls besides.
 	if res.RawMsgsPerEpisode < 4 || res.MeshMsgsPerEpisode <= res.RawMsgsPerEpisode {
 		t.Errorf("messages per episode: raw %.2f, mesh %.2f; want raw at least 4 and the mesh more", res.RawMsgsPerEpisode, res.MeshMsgsPerEpisode)
+	}
+	if res.Connection != connection {
+		t.Errorf("connection %q, want %q", res.Connection, connection)
 	}
 	if res.TurnsPerEpisode != float64(c.Turns) {
 		t.Errorf("turns per episode %v, want the zero family's %d", res.TurnsPerEpisode, c.Turns)

@@ -44,6 +44,7 @@ type benchMeshCmd struct {
 	RawMin      int     `name:"raw-min" default:"50000" help:"Fewest episodes each raw publish-and-consume round moves (it moves as many as the mesh trained, at least this many); the raw request/reply rounds play as many groups as this makes episodes."`
 	RawWindow   int     `name:"raw-window" default:"256" help:"Raw publishes in flight (asynchronous publish with Nats-Msg-Id)."`
 	RawRounds   int     `name:"raw-rounds" default:"3" help:"Rounds of each raw measurement; the fastest counts (a round starved by other work on the machine does not set the limit)."`
+	Loopback    bool    `name:"loopback" help:"Connect every client, the services' and the raw rounds', over the server's loopback TCP port instead of in-process."`
 	JSON        bool    `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel    string  `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile  string  `name:"cpuprofile" help:"Write a CPU profile of the measured mesh window to this file (go tool pprof)."`
@@ -78,7 +79,9 @@ type meshBenchResult struct {
 	RawEnvSeconds       float64 `json:"raw_env_seconds"`
 	RawEnvCPUMicros     float64 `json:"raw_env_cpu_us_per_episode"`
 	RawBothEpisodesPerS float64 `json:"raw_both_episodes_per_s"`
-	RatioBoth           float64 `json:"ratio_to_raw_both"`
+	// Connection is how every client reached the server: "in-process" or "loopback tcp" (--loopback).
+	Connection string  `json:"connection"`
+	RatioBoth  float64 `json:"ratio_to_raw_both"`
 	// Messages the server received and sent (publishes in, deliveries out, JetStream's acks and API calls
 	// included) per episode, and the process's CPU per such message, on each path: whether the mesh pays
 	// for more messages or for dearer ones.
@@ -111,8 +114,8 @@ func (c *benchMeshCmd) Run(g *globals) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	fmt.Printf("zero-latency env, %d turns per episode, policy of 2^%d weights, G=%d, B=%d, eta=%d, %d episodes at once; raw: fastest of %d rounds\n",
-		c.Turns, c.Bits, c.GroupSize, c.BatchSize, c.Eta, c.Concurrency, c.RawRounds)
+	fmt.Printf("zero-latency env, %d turns per episode, policy of 2^%d weights, G=%d, B=%d, eta=%d, %d episodes at once; raw: fastest of %d rounds; clients %s\n",
+		c.Turns, c.Bits, c.GroupSize, c.BatchSize, c.Eta, c.Concurrency, c.RawRounds, res.Connection)
 	fmt.Printf("mesh: %.1f env calls per batch message, %d policy versions, trainer busy %.0f%%\n", res.EnvCallsPerBatch, res.PolicyVersions, 100*res.TrainerBusy)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "path\tepisodes/s\tenv steps/s\tepisodes\tseconds\tCPU µs/episode\tmsgs/episode\tCPU µs/msg\t\n")
@@ -141,14 +144,17 @@ func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
 	}
 	defer srv.Shutdown()
 
-	res := &meshBenchResult{}
+	res := &meshBenchResult{Connection: "in-process"}
+	if c.Loopback {
+		res.Connection = "loopback tcp"
+	}
 	if err := c.runMesh(ctx, srv, log, res); err != nil {
 		return nil, err
 	}
 	if err := c.runRaw(ctx, srv, log, res); err != nil {
 		return nil, err
 	}
-	if err := c.runRawEnv(ctx, srv.URL(), log, res); err != nil {
+	if err := c.runRawEnv(ctx, srv, log, res); err != nil {
 		return nil, err
 	}
 	if res.RawEpisodesPerS > 0 {
@@ -161,6 +167,15 @@ func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
 	return res, nil
 }
 
+// dial is how every client of the run reaches the server: in-process, as the in-process runner's services
+// do, unless --loopback.
+func (c *benchMeshCmd) dial(srv *bus.Embedded) []nats.Option {
+	if c.Loopback {
+		return nil
+	}
+	return []nats.Option{srv.InProcess()}
+}
+
 // meshRawEnvSubject is where the raw env round trips are answered.
 const meshRawEnvSubject = "jetrl.bench.env"
 
@@ -170,7 +185,7 @@ const meshRawEnvSubject = "jetrl.bench.env"
 // encoded results, at once, by a bare subscriber on its own connection, from as many requesters as the
 // rollout plays groups at once. No JetStream, no env host logic, no policy: what NATS itself costs for an
 // episode's env traffic.
-func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Logger, res *meshBenchResult) error {
+func (c *benchMeshCmd) runRawEnv(ctx context.Context, srv *bus.Embedded, log zerolog.Logger, res *meshBenchResult) error {
 	fam := benchtask.NewZero(c.Turns)
 	inst, err := fam.New(proto.SplitTrain, 1)
 	if err != nil {
@@ -193,7 +208,7 @@ func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Lo
 	if err != nil {
 		return err
 	}
-	host, err := bus.Connect(ctx, url, "jetrl-bench-raw-env-host", log)
+	host, err := bus.Connect(ctx, srv.URL(), "jetrl-bench-raw-env-host", log, c.dial(srv)...)
 	if err != nil {
 		return err
 	}
@@ -206,7 +221,7 @@ func (c *benchMeshCmd) runRawEnv(ctx context.Context, url string, log zerolog.Lo
 	if err := host.Flush(); err != nil {
 		return err
 	}
-	client, err := bus.Connect(ctx, url, "jetrl-bench-raw-env-client", log)
+	client, err := bus.Connect(ctx, srv.URL(), "jetrl-bench-raw-env-client", log, c.dial(srv)...)
 	if err != nil {
 		return err
 	}
@@ -254,7 +269,7 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, srv *bus.Embedded, log zerol
 	tcfg := trainer.DefaultConfig()
 	tcfg.Model = policy.Config{Bits: c.Bits, Seed: 1}
 	m, err := mesh.Start(ctx, mesh.Config{
-		NATSURL: url, Tasks: []string{benchtask.ZeroName}, Seed: 1,
+		NATSURL: url, Dial: c.dial(srv), Tasks: []string{benchtask.ZeroName}, Seed: 1,
 		GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 		Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 		Rollout:  rollout.Config{Concurrency: c.Concurrency},
@@ -340,12 +355,12 @@ const (
 // one: what NATS itself carries of this traffic on this machine.
 func (c *benchMeshCmd) runRaw(ctx context.Context, srv *bus.Embedded, log zerolog.Logger, res *meshBenchResult) error {
 	url := srv.URL()
-	pc, err := bus.Connect(ctx, url, "jetrl-bench-raw-pub", log)
+	pc, err := bus.Connect(ctx, url, "jetrl-bench-raw-pub", log, c.dial(srv)...)
 	if err != nil {
 		return err
 	}
 	defer pc.Close()
-	cc, err := bus.Connect(ctx, url, "jetrl-bench-raw-sub", log)
+	cc, err := bus.Connect(ctx, url, "jetrl-bench-raw-sub", log, c.dial(srv)...)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/jetrl/jetrl/shared/envclient"
 	"github.com/jetrl/jetrl/shared/logging"
 	"github.com/jetrl/jetrl/shared/policy"
+	"github.com/nats-io/nats.go"
 )
 
 type evalCmd struct {
@@ -108,6 +109,7 @@ func (c *evalCmd) weights(ctx context.Context, reg task.Registry) (map[string]ro
 	}
 	log, _ := logging.New("jetrl-eval", "error", false, os.Stderr)
 	url := c.NATS
+	var dial []nats.Option
 	if url == "" {
 		dir, err := os.MkdirTemp("", "jetrl-eval-*")
 		if err != nil {
@@ -119,8 +121,8 @@ func (c *evalCmd) weights(ctx context.Context, reg task.Registry) (map[string]ro
 			return nil, err
 		}
 		defer srv.Shutdown()
-		url = srv.URL()
-		hc, err := bus.Connect(ctx, url, "jetrl-eval-env", log)
+		url, dial = srv.URL(), []nats.Option{srv.InProcess()}
+		hc, err := bus.Connect(ctx, url, "jetrl-eval-env", log, dial...)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +143,7 @@ func (c *evalCmd) weights(ctx context.Context, reg task.Registry) (map[string]ro
 			}
 		}
 	}
-	nc, err := bus.Connect(ctx, url, "jetrl-eval", log)
+	nc, err := bus.Connect(ctx, url, "jetrl-eval", log, dial...)
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,8 @@ func (c *upCmd) Run(g *globals) error {
 		return err
 	}
 	url := c.NATS
+	// The services of an embedded server's mesh reach it in-process: no socket, no system call per message.
+	var dial []nats.Option
 	if url == "" {
 		dir := filepath.Join(c.Out, "nats")
 		if c.Fresh {
@@ -132,9 +134,9 @@ func (c *upCmd) Run(g *globals) error {
 			return err
 		}
 		defer srv.Shutdown()
-		url = srv.URL()
+		url, dial = srv.URL(), []nats.Option{srv.InProcess()}
 	}
-	admin, err := bus.Connect(ctx, url, "jetrl-up", log)
+	admin, err := bus.Connect(ctx, url, "jetrl-up", log, dial...)
 	if err != nil {
 		return err
 	}
@@ -175,7 +177,7 @@ func (c *upCmd) Run(g *globals) error {
 		return err
 	}
 	m, err := mesh.Start(ctx, mesh.Config{
-		NATSURL: url, Tasks: c.Tasks, TaskWeights: c.TaskWeights, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
+		NATSURL: url, Dial: dial, Tasks: c.Tasks, TaskWeights: c.TaskWeights, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta,
 		EnvHosts: c.EnvHosts, Rollouts: c.Rollouts, StaleProb: c.StaleProb,
 		Trainer: tcfg, Normalizer: normalizer.Config{AbnormalReward: c.AbnormalRew, TaskNorm: c.TaskNorm, FlatGroupCoef: c.FlatGroup}, MaxBatchSize: c.MaxBatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStale,
 		Rollout: rcfg,

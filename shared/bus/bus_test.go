@@ -469,3 +469,53 @@ func TestEmbeddedMaxStoreIsFixed(t *testing.T) {
 		t.Fatal("a negative MaxStore was accepted")
 	}
 }
+
+// A client in the server's process reaches it through InProcess without a socket, and what it stores is
+// what a client over TCP reads back, a message near the payload limit included.
+func TestInProcessConnection(t *testing.T) {
+	ctx := testCtx(t)
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	in, err := bus.Connect(cctx, srv.URL(), "bus-test-inprocess", zerolog.Nop(), srv.InProcess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Close)
+	tcp, tjs := connect(t, srv.URL())
+	if got := in.ConnectedAddr(); got != "pipe" {
+		t.Fatalf("in-process connection's remote address = %q, want an in-memory pipe", got)
+	}
+	if got := tcp.ConnectedAddr(); !strings.HasPrefix(got, "127.0.0.1:") {
+		t.Fatalf("TCP connection's remote address = %q, want loopback", got)
+	}
+	ijs, err := bus.JetStream(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(ctx, ijs, 1); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if _, err := bus.PublishOnce(ctx, ijs, proto.SubjectBatches, "in-process", data); err != nil {
+		t.Fatalf("publish 4 MiB in-process: %v", err)
+	}
+	st, err := tjs.Stream(ctx, proto.StreamBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, proto.SubjectBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg.Data) != string(data) {
+		t.Fatalf("read back over TCP %d B that differ from the %d B published in-process", len(msg.Data), len(data))
+	}
+}

@@ -10,8 +10,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Connect dials NATS with reconnects that never give up, logging connection events.
-func Connect(ctx context.Context, url, name string, log zerolog.Logger) (*nats.Conn, error) {
+// Connect dials NATS with reconnects that never give up, logging connection events. Extra options are
+// applied last, such as an embedded server's InProcess.
+func Connect(ctx context.Context, url, name string, log zerolog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -32,7 +33,7 @@ func Connect(ctx context.Context, url, name string, log zerolog.Logger) (*nats.C
 			ev.Msg("nats async error")
 		}),
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}

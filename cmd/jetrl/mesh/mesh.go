@@ -25,7 +25,9 @@ import (
 // Config of an in-process mesh.
 type Config struct {
 	NATSURL string
-	Tasks   []string
+	// Dial holds extra options for every service's connection, such as an embedded server's InProcess.
+	Dial  []nats.Option
+	Tasks []string
 	// TaskWeights gives each task its share of rollout groups (default 1 each).
 	TaskWeights map[string]float64
 	Seed        uint64
@@ -247,7 +249,7 @@ func (m *Mesh) Stop() {
 }
 
 func (m *Mesh) connect(ctx context.Context, name string) (*nats.Conn, error) {
-	c, err := bus.Connect(ctx, m.cfg.NATSURL, "jetrl-"+name, m.cfg.Log.With().Str("conn", name).Logger())
+	c, err := bus.Connect(ctx, m.cfg.NATSURL, "jetrl-"+name, m.cfg.Log.With().Str("conn", name).Logger(), m.cfg.Dial...)
 	if err != nil {
 		return nil, err
 	}
