@@ -53,13 +53,19 @@ func benchMeshSmoke(t *testing.T, loopback bool, connection string) {
 	out := dataBenchJSON(t, res)
 	for _, k := range []string{"mesh_episodes_per_s", "mesh_env_steps_per_s", "raw_episodes_per_s", "ratio", "episode_bytes", "policy_versions",
 		"raw_env_episodes_per_s", "raw_both_episodes_per_s", "ratio_to_raw_both", "env_calls_per_batch",
-		"mesh_msgs_per_episode", "raw_msgs_per_episode", "mesh_cpu_us_per_msg", "raw_cpu_us_per_msg"} {
+		"mesh_msgs_per_episode", "raw_msgs_per_episode", "mesh_cpu_us_per_msg", "raw_cpu_us_per_msg",
+		"mesh_bytes_in_per_episode", "checkpoint_bytes", "checkpoint_bytes_per_episode"} {
 		dataBenchPositive(t, out, k)
 	}
 	// A raw episode is four messages at least (publish, its ack, the delivery, the consumer's ack); a mesh
 	// episode is those and its env calls besides.
 	if res.RawMsgsPerEpisode < 4 || res.MeshMsgsPerEpisode <= res.RawMsgsPerEpisode {
 		t.Errorf("messages per episode: raw %.2f, mesh %.2f; want raw at least 4 and the mesh more", res.RawMsgsPerEpisode, res.MeshMsgsPerEpisode)
+	}
+	// The services send every episode to be stored, and the checkpoint is part of what they send.
+	if res.MeshBytesInPerEpisode < float64(res.EpisodeBytes) || res.CheckpointBytesPerEpisode >= res.MeshBytesInPerEpisode {
+		t.Errorf("bytes in per episode %.0f, checkpoint's %.0f, episode %d B: want at least an episode's bytes, more than the checkpoint's",
+			res.MeshBytesInPerEpisode, res.CheckpointBytesPerEpisode, res.EpisodeBytes)
 	}
 	if res.Connection != connection {
 		t.Errorf("connection %q, want %q", res.Connection, connection)

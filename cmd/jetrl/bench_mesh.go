@@ -79,6 +79,12 @@ type meshBenchResult struct {
 	RawEnvSeconds       float64 `json:"raw_env_seconds"`
 	RawEnvCPUMicros     float64 `json:"raw_env_cpu_us_per_episode"`
 	RawBothEpisodesPerS float64 `json:"raw_both_episodes_per_s"`
+	// Bytes the server received per trained episode in the mesh's window (publishes of every kind), the
+	// trainer's checkpoint object at the end of it, and that size times the versions of the window per
+	// episode: the checkpoint's share of what the services send to be stored.
+	MeshBytesInPerEpisode     float64 `json:"mesh_bytes_in_per_episode"`
+	CheckpointBytes           uint64  `json:"checkpoint_bytes"`
+	CheckpointBytesPerEpisode float64 `json:"checkpoint_bytes_per_episode"`
 	// Connection is how every client reached the server: "in-process" or "loopback tcp" (--loopback).
 	Connection string  `json:"connection"`
 	RatioBoth  float64 `json:"ratio_to_raw_both"`
@@ -123,6 +129,8 @@ func (c *benchMeshCmd) Run(g *globals) error {
 	fmt.Fprintf(w, "raw JetStream publish + consume of the same %d B episodes\t%.0f\t-\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t\n", res.EpisodeBytes, res.RawEpisodesPerS, res.RawEpisodes, res.RawSeconds, res.RawCPUMicros, res.RawMsgsPerEpisode, res.RawCPUMicrosMsg)
 	fmt.Fprintf(w, "raw core NATS request/reply of %d-call batches, %d per group\t%.0f\t%.0f\t%d\t%.1f\t%.0f\t\t\t\n", c.GroupSize, 1+c.Turns, res.RawEnvEpisodesPerS, float64(c.Turns)*res.RawEnvEpisodesPerS, res.RawEnvEpisodes, res.RawEnvSeconds, res.RawEnvCPUMicros)
 	fmt.Fprintf(w, "raw both (JetStream, then request/reply)\t%.0f\t\t\t\t\t\t\t\n", res.RawBothEpisodesPerS)
+	fmt.Fprintf(w, "mesh: bytes sent to the server per episode\t%.0f\t\t\t\t\t\t\t\n", res.MeshBytesInPerEpisode)
+	fmt.Fprintf(w, "  of them the trainer's checkpoint (%d B per version)\t%.0f\t\t\t\t\t\t\t\n", res.CheckpointBytes, res.CheckpointBytesPerEpisode)
 	fmt.Fprintf(w, "mesh / raw JetStream\t%.1f%%\t\t\t\t\t\t\t\n", 100*res.Ratio)
 	fmt.Fprintf(w, "mesh / raw both\t%.1f%%\t\t\t\t\t\t\t\n", 100*res.RatioBoth)
 	return w.Flush()
@@ -165,6 +173,29 @@ func (c *benchMeshCmd) run(ctx context.Context) (*meshBenchResult, error) {
 		res.RatioBoth = res.MeshEpisodesPerS / res.RawBothEpisodesPerS
 	}
 	return res, nil
+}
+
+// checkpointBytes is the size of the trainer's checkpoint object as it stands: what the trainer stores with
+// every version.
+func (c *benchMeshCmd) checkpointBytes(ctx context.Context, srv *bus.Embedded, log zerolog.Logger) (uint64, error) {
+	nc, err := bus.Connect(ctx, srv.URL(), "jetrl-bench-checkpoint", log, c.dial(srv)...)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		return 0, err
+	}
+	obs, err := js.ObjectStore(ctx, proto.BucketCheckpoints)
+	if err != nil {
+		return 0, fmt.Errorf("object store %s: %w", proto.BucketCheckpoints, err)
+	}
+	info, err := obs.GetInfo(ctx, proto.KeyCheckpoint)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint %s: %w", proto.KeyCheckpoint, err)
+	}
+	return info.Size, nil
 }
 
 // dial is how every client of the run reaches the server: in-process, as the in-process runner's services
@@ -335,6 +366,13 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, srv *bus.Embedded, log zerol
 	}
 	res.PolicyVersions = t1.Version - t0.Version
 	res.TrainerBusy = t1.BusyFraction
+	if res.MeshEpisodes > 0 {
+		res.MeshBytesInPerEpisode = float64(tr1.Sub(tr0).InBytes) / float64(res.MeshEpisodes)
+		if res.CheckpointBytes, err = c.checkpointBytes(ctx, srv, log); err != nil {
+			return err
+		}
+		res.CheckpointBytesPerEpisode = float64(res.CheckpointBytes) * float64(res.PolicyVersions) / float64(res.MeshEpisodes)
+	}
 	if err := m.Err(); err != nil {
 		return err
 	}
