@@ -79,6 +79,7 @@ type meshBenchResult struct {
 	RawEnvSeconds       float64 `json:"raw_env_seconds"`
 	RawEnvCPUMicros     float64 `json:"raw_env_cpu_us_per_episode"`
 	RawBothEpisodesPerS float64 `json:"raw_both_episodes_per_s"`
+	RatioBoth           float64 `json:"ratio_to_raw_both"`
 	// Bytes the server received per trained episode in the mesh's window (publishes of every kind), the
 	// trainer's checkpoint object at the end of it, and that size times the versions of the window per
 	// episode: the checkpoint's share of what the services send to be stored.
@@ -86,8 +87,7 @@ type meshBenchResult struct {
 	CheckpointBytes           uint64  `json:"checkpoint_bytes"`
 	CheckpointBytesPerEpisode float64 `json:"checkpoint_bytes_per_episode"`
 	// Connection is how every client reached the server: "in-process" or "loopback tcp" (--loopback).
-	Connection string  `json:"connection"`
-	RatioBoth  float64 `json:"ratio_to_raw_both"`
+	Connection string `json:"connection"`
 	// Messages the server received and sent (publishes in, deliveries out, JetStream's acks and API calls
 	// included) per episode, and the process's CPU per such message, on each path: whether the mesh pays
 	// for more messages or for dearer ones.
@@ -366,19 +366,17 @@ func (c *benchMeshCmd) runMesh(ctx context.Context, srv *bus.Embedded, log zerol
 	}
 	res.PolicyVersions = t1.Version - t0.Version
 	res.TrainerBusy = t1.BusyFraction
-	if res.MeshEpisodes > 0 {
-		res.MeshBytesInPerEpisode = float64(tr1.Sub(tr0).InBytes) / float64(res.MeshEpisodes)
-		if res.CheckpointBytes, err = c.checkpointBytes(ctx, srv, log); err != nil {
-			return err
-		}
-		res.CheckpointBytesPerEpisode = float64(res.CheckpointBytes) * float64(res.PolicyVersions) / float64(res.MeshEpisodes)
-	}
 	if err := m.Err(); err != nil {
 		return err
 	}
 	if res.MeshEpisodes == 0 {
 		return errors.New("bench mesh: the trainer trained nothing in the measured window")
 	}
+	res.MeshBytesInPerEpisode = float64(tr1.Sub(tr0).InBytes) / float64(res.MeshEpisodes)
+	if res.CheckpointBytes, err = c.checkpointBytes(ctx, srv, log); err != nil {
+		return err
+	}
+	res.CheckpointBytesPerEpisode = float64(res.CheckpointBytes) * float64(res.PolicyVersions) / float64(res.MeshEpisodes)
 	return nil
 }
 

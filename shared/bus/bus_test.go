@@ -19,22 +19,25 @@ import (
 
 var eventually = bustest.Eventually
 
-// server starts an embedded server in the test's folder and returns its URL.
-func server(t *testing.T) string {
+// embedded starts an embedded server in the test's folder, shut down when the test ends.
+func embedded(t *testing.T) *bus.Embedded {
 	t.Helper()
 	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	return srv.URL()
+	return srv
 }
 
-func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+// server starts an embedded server in the test's folder and returns its URL.
+func server(t *testing.T) string { return embedded(t).URL() }
+
+func connect(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := bus.Connect(ctx, url, "bus-test", zerolog.Nop())
+	nc, err := bus.Connect(ctx, url, "bus-test", zerolog.Nop(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +58,7 @@ func TestStartEmbeddedNeedsStoreDir(t *testing.T) {
 }
 
 func TestEmbeddedTrafficCountsMessages(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := embedded(t)
 	nc, _ := connect(t, srv.URL())
 	got := make(chan struct{}, 10)
 	sub, err := nc.Subscribe("traffic.test", func(*nats.Msg) { got <- struct{}{} })
@@ -474,28 +473,14 @@ func TestEmbeddedMaxStoreIsFixed(t *testing.T) {
 // what a client over TCP reads back, a message near the payload limit included.
 func TestInProcessConnection(t *testing.T) {
 	ctx := testCtx(t)
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	in, err := bus.Connect(cctx, srv.URL(), "bus-test-inprocess", zerolog.Nop(), srv.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(in.Close)
+	srv := embedded(t)
+	in, ijs := connect(t, srv.URL(), srv.InProcess())
 	tcp, tjs := connect(t, srv.URL())
 	if got := in.ConnectedAddr(); got != "pipe" {
 		t.Fatalf("in-process connection's remote address = %q, want an in-memory pipe", got)
 	}
 	if got := tcp.ConnectedAddr(); !strings.HasPrefix(got, "127.0.0.1:") {
 		t.Fatalf("TCP connection's remote address = %q, want loopback", got)
-	}
-	ijs, err := bus.JetStream(in)
-	if err != nil {
-		t.Fatal(err)
 	}
 	if err := bus.EnsureTopology(ctx, ijs, 1); err != nil {
 		t.Fatal(err)
