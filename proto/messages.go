@@ -480,3 +480,14 @@ type TrainStep struct {
 	Tasks           map[string]TaskStat `msgpack:"tasks" json:"tasks"`
 	At              int64               `msgpack:"at" json:"at"`
 }
+
+// TrainedGroups is the trainer's record of the groups one policy version trained for the first time
+// (StreamTrainedGroups), stored before that version's checkpoint. A restarted trainer rebuilds the groups
+// it must refuse from the records of the versions up to its checkpoint's, the last record of each version
+// counting (an earlier one is of an attempt that crashed before its checkpoint).
+type TrainedGroups struct {
+	Schema  int   `msgpack:"schema"`
+	Version int64 `msgpack:"version"`
+	// Keys are the groups' 64-bit keys (FNV-1a of the group id), 8 bytes each, little-endian.
+	Keys []byte `msgpack:"keys"`
+}

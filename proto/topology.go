@@ -58,6 +58,12 @@ const (
 	SubjectDeadLetterPrefix = "jetrl.deadletter."
 	HeaderDeadLetterReason  = "Jetrl-Deadletter-Reason"
 	HeaderDeadLetterSubject = "Jetrl-Deadletter-Subject"
+	// StreamTrainedGroups is the trainer's log of the groups it applied: a TrainedGroups record for each
+	// policy version that trained a group, stored before that version's checkpoint, so the checkpoint need
+	// not carry the keys of every remembered group. Bounded by count (MaxGroupsRemembered records hold at
+	// least as many keys), not by age.
+	StreamTrainedGroups  = "JETRL_TRAINED_GROUPS"
+	SubjectTrainedGroups = "jetrl.trainer.groups"
 )
 
 // SubjectEpisodes is the subject an episode of one task family is published on.
@@ -132,6 +138,10 @@ const (
 	// this can come back to a restarted buffer, which bounds what the buffer and the trainer must remember
 	// of released and applied groups to recognise a repeat.
 	MaxUnackedEpisodes = 1 << 15
+	// MaxGroupsRemembered bounds the applied groups the trainer remembers to refuse a group twice. A group
+	// reaches the trainer twice only when a replay-buffer released it and crashed before acking its
+	// episodes; at most MaxUnackedEpisodes episodes are unacked, and a trainable group has at least 2.
+	MaxGroupsRemembered = MaxUnackedEpisodes / 2
 )
 
 // StreamSpec is one JetStream stream of the mesh.
@@ -141,7 +151,9 @@ type StreamSpec struct {
 	// Streams keep messages (limits retention) so that `jetrl replay` can read a run back.
 	MaxBytes int64
 	MaxAge   time.Duration
-	MaxMsg   int32
+	// MaxMsgs bounds the messages kept (0: no bound but bytes and age).
+	MaxMsgs int64
+	MaxMsg  int32
 }
 
 // Streams lists every stream; shared/bus creates them idempotently.
@@ -151,6 +163,8 @@ var Streams = []StreamSpec{
 	{Name: StreamBatches, Subjects: []string{SubjectBatches}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamTrain, Subjects: []string{SubjectTrain}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamEvents, Subjects: []string{SubjectEventsAll}, MaxBytes: StreamMaxBytes / 4, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},
+	// Records of a crashed attempt at a version are stored again when the version is; the slack covers them.
+	{Name: StreamTrainedGroups, Subjects: []string{SubjectTrainedGroups}, MaxBytes: StreamMaxBytes / 16, MaxMsgs: MaxGroupsRemembered + 1024, MaxMsg: MaxEpisodeBytes},
 	{Name: StreamDeadLetter, Subjects: []string{SubjectDeadLetterPrefix + ">"}, MaxBytes: StreamMaxBytes, MaxAge: 7 * StreamMaxAge, MaxMsg: ServerMaxPayload},
 }
 

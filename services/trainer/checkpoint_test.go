@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nuid"
 )
 
 // BenchmarkCheckpointEncode encodes the trainer's checkpoint, written with every version, at the bound of
-// remembered groups: as it is kept (8-byte group keys) and as it was kept before (the group ids).
+// remembered groups: as it is kept (the count, the keys being in StreamTrainedGroups), and as it was kept
+// before (every remembered group's 8-byte key, and before that its id).
 func BenchmarkCheckpointEncode(b *testing.B) {
+	logged := checkpoint{GroupsRemembered: proto.MaxGroupsRemembered}
 	keys := checkpoint{}
 	ids := checkpoint{}
-	for range maxGroupsRemembered {
+	for range proto.MaxGroupsRemembered {
 		id := nuid.Next()
 		ids.Groups = append(ids.Groups, id)
 		keys.GroupKeys = binary.LittleEndian.AppendUint64(keys.GroupKeys, groupKey(id))
@@ -22,8 +25,8 @@ func BenchmarkCheckpointEncode(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		cp   checkpoint
-	}{{"keys", keys}, {"ids", ids}} {
-		b.Run(fmt.Sprintf("%s=%d", c.name, maxGroupsRemembered), func(b *testing.B) {
+	}{{"logged", logged}, {"keys", keys}, {"ids", ids}} {
+		b.Run(fmt.Sprintf("%s=%d", c.name, proto.MaxGroupsRemembered), func(b *testing.B) {
 			data, err := codec.Marshal(c.cp, 0)
 			if err != nil {
 				b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,16 +32,12 @@ import (
 // a long step keeps its batch with in-progress acks (see keepAlive).
 const ackWait = 10 * time.Second
 
-// maxGroupsRemembered bounds the applied group ids a checkpoint keeps to refuse a group twice. A group
-// reaches the trainer twice only when a replay-buffer released it and crashed before acking its episodes;
-// at most proto.MaxUnackedEpisodes episodes are unacked, and a trainable group has at least 2 of them.
-const maxGroupsRemembered = proto.MaxUnackedEpisodes / 2
-
-// groupKey is what the trainer remembers of an applied group: the 64-bit FNV-1a hash of its id. The
-// checkpoint holds the keys as one blob, 8 bytes a group, written with every version; the ids themselves
-// (maxGroupsRemembered strings of 22 bytes) made it 8 to 10 times dearer to encode and three times
-// larger (BenchmarkCheckpointEncode). Two remembered ids with the same key (odds about n²/2^65: 7e-12 for
-// n at the bound) would refuse one fresh group as a repeat, counted as duplicate episodes.
+// groupKey is what the trainer remembers of an applied group (the last proto.MaxGroupsRemembered of them):
+// the 64-bit FNV-1a hash of its id, 8 bytes a group where the id takes 22 (BenchmarkCheckpointEncode).
+// Each version's new keys are logged in StreamTrainedGroups before its checkpoint, which holds only their
+// count: the keys of every remembered group, written with every version, were 131 KB at the bound, most of
+// the bytes the mesh stored. Two remembered ids with the same key (odds about n²/2^65: 7e-12 for n at the
+// bound) would refuse one fresh group as a repeat, counted as duplicate episodes.
 func groupKey(id string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(id))
@@ -102,9 +99,12 @@ type checkpoint struct {
 	Adam        []byte `msgpack:"adam"`
 	Reference   []byte `msgpack:"reference,omitempty"`
 	LastBatchID string `msgpack:"last_batch_id"`
-	// GroupKeys are the groupKey of the applied groups, oldest first, 8 bytes each (little-endian).
-	GroupKeys []byte `msgpack:"group_keys"`
-	// Groups are the applied group ids of a checkpoint written before GroupKeys; read, never written.
+	// GroupsRemembered is how many applied groups' keys the trainer held at this version; their records in
+	// StreamTrainedGroups (of this version and earlier ones) hold them.
+	GroupsRemembered int `msgpack:"groups_remembered"`
+	// GroupKeys (8 bytes each, oldest first) and Groups (ids) are the applied groups of a checkpoint
+	// written before the trainer logged them in StreamTrainedGroups; read, never written.
+	GroupKeys       []byte   `msgpack:"group_keys,omitempty"`
 	Groups          []string `msgpack:"groups,omitempty"`
 	EpisodesTrained int64    `msgpack:"episodes_trained"`
 	StaleDropped    int64    `msgpack:"stale_dropped"`
@@ -134,6 +134,7 @@ type Trainer struct {
 	grad   []float64
 	cp     checkpoint
 	groups map[uint64]struct{}
+	keys   []byte // the keys of groups, oldest first, 8 bytes each (little-endian)
 
 	mu         sync.Mutex
 	stats      Stats
@@ -146,6 +147,7 @@ type Trainer struct {
 	version  prometheus.Gauge
 	stepSecs prometheus.Histogram
 	stale    prometheus.Histogram
+	badLog   prometheus.Counter
 }
 
 // Stats are the trainer's counters.
@@ -157,6 +159,8 @@ type Stats struct {
 	DupEpisodes     int64 `json:"duplicate_episodes"`
 	StaleDropped    int64 `json:"stale_dropped"`
 	MaxStaleness    int64 `json:"max_staleness"`
+	// BadGroupRecords counts messages in StreamTrainedGroups that were not trained-groups records (skipped).
+	BadGroupRecords int64 `json:"bad_group_records,omitempty"`
 	// StaleTurns counts the turns not trained, for being older than Eta, of episodes that trained their
 	// later turns (Config.TurnStaleness).
 	StaleTurns int64 `json:"stale_turns,omitempty"`
@@ -194,8 +198,9 @@ func New(cfg Config, deps Deps) (*Trainer, error) {
 	t.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_trainer_policy_version", Help: "Policy version published."})
 	t.stepSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_trainer_step_seconds", Help: "Time to apply one batch, checkpoint and publish.", Buckets: prometheus.ExponentialBuckets(1e-3, 2, 14)})
 	t.stale = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_trainer_staleness_versions", Help: "Staleness of trained episodes: version trained minus version admitted under.", Buckets: prometheus.LinearBuckets(0, 1, 10)})
+	t.badLog = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_trainer_bad_group_records_total", Help: "Messages in the trained-groups log that were not records, skipped at restore."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{t.batches, t.episodes, t.version, t.stepSecs, t.stale} {
+		for _, c := range []prometheus.Collector{t.batches, t.episodes, t.version, t.stepSecs, t.stale, t.badLog} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("trainer metrics: %w", err)
 			}
@@ -284,6 +289,12 @@ func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) er
 		}
 		t.adam = policy.NewAdam(t.model.NumParams(), t.cfg.Adam)
 		t.cp = checkpoint{Schema: proto.SchemaVersion}
+		// A log left by a run whose checkpoint is gone names groups of that run, not of this one.
+		if gs, err := st.js.Stream(ctx, proto.StreamTrainedGroups); err != nil {
+			return fmt.Errorf("stream %s: %w", proto.StreamTrainedGroups, err)
+		} else if err := gs.Purge(ctx); err != nil {
+			return fmt.Errorf("purge %s: %w", proto.StreamTrainedGroups, err)
+		}
 		t.grad = make([]float64, t.model.NumParams())
 		if t.cfg.Loss.KLCoef > 0 {
 			t.ref = t.model.Clone()
@@ -310,12 +321,26 @@ func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) er
 	if len(cp.GroupKeys)%8 != 0 {
 		return fmt.Errorf("checkpoint: group keys of %d bytes, not a multiple of 8", len(cp.GroupKeys))
 	}
+	legacy := cp.GroupKeys
 	for _, g := range cp.Groups {
-		cp.GroupKeys = binary.LittleEndian.AppendUint64(cp.GroupKeys, groupKey(g))
+		legacy = binary.LittleEndian.AppendUint64(legacy, groupKey(g))
 	}
-	cp.Groups = nil
-	for i := 0; i < len(cp.GroupKeys); i += 8 {
-		t.groups[binary.LittleEndian.Uint64(cp.GroupKeys[i:])] = struct{}{}
+	logged, err := t.readTrainedGroups(ctx, st.js, cp.Version, log)
+	if err != nil {
+		return err
+	}
+	t.remember(legacy)
+	t.remember(logged)
+	if len(legacy) > 0 {
+		// Log the checkpoint's own keys as its version's record, so the next checkpoint can leave them out.
+		if err := t.logGroups(ctx, st, cp.Version, legacy); err != nil {
+			return err
+		}
+		cp.GroupsRemembered = len(t.keys) / 8
+	}
+	cp.GroupKeys, cp.Groups = nil, nil
+	if n := len(t.keys) / 8; n < cp.GroupsRemembered {
+		log.Warn().Int("found", n).Int("checkpoint", cp.GroupsRemembered).Msg("the trained-groups log holds fewer groups than the checkpoint remembered; a redelivered group among the missing would train again")
 	}
 	t.cp = cp
 	if t.cfg.Loss.KLCoef > 0 {
@@ -451,28 +476,30 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 			turnStale[trainedAt-turn.Version]++
 		}
 	}
+	var fresh []byte // the keys of the groups this version trains for the first time
 	for _, te := range eps {
-		if k := groupKey(te.Episode.GroupID); !t.remembers(k) {
-			t.groups[k] = struct{}{}
-			t.cp.GroupKeys = binary.LittleEndian.AppendUint64(t.cp.GroupKeys, k)
+		if k := groupKey(te.Episode.GroupID); !t.remembers(k) && !hasKey(fresh, k) {
+			fresh = binary.LittleEndian.AppendUint64(fresh, k)
 		}
 	}
-	if n := len(t.cp.GroupKeys)/8 - maxGroupsRemembered; n > 0 {
-		for i := 0; i < n*8; i += 8 {
-			delete(t.groups, binary.LittleEndian.Uint64(t.cp.GroupKeys[i:]))
-		}
-		t.cp.GroupKeys = t.cp.GroupKeys[n*8:]
-	}
+	t.remember(fresh)
+	t.cp.GroupsRemembered = len(t.keys) / 8
 	ev := proto.TrainStep{Schema: proto.SchemaVersion, Version: t.cp.Version, BatchID: tb.ID, Episodes: len(eps),
 		EpisodesTrained: t.cp.EpisodesTrained, Loss: ss.Loss, ClipFraction: ss.ClipFraction, MaxStaleness: maxStale,
 		Tasks: tb.Tasks, At: time.Now().UnixNano()}
 	t.cp.LastStep = &ev
-	// Durable first (checkpoint), then visible (weights, version), then acked: a crash anywhere in between
-	// is repaired on restart by the checkpoint and the batch-id check above.
+	// Durable first (the groups' record, then the checkpoint), then visible (weights, version), then acked:
+	// a crash anywhere in between is repaired on restart by the checkpoint and the batch-id check above.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		err = t.saveCheckpoint(pctx, st)
+		err = nil
+		if len(fresh) > 0 {
+			err = t.logGroups(pctx, st, t.cp.Version, fresh)
+		}
+		if err == nil {
+			err = t.saveCheckpoint(pctx, st)
+		}
 		if err == nil {
 			err = t.publishVersion(pctx, st, true)
 		}
@@ -581,10 +608,100 @@ func (t *Trainer) emitMissingStep(ctx context.Context, st stores, log zerolog.Lo
 	t.emit(ctx, st, *last, log)
 }
 
-// remembers reports whether the group of key k was applied (within the last maxGroupsRemembered).
+// remembers reports whether the group of key k was applied (within the last proto.MaxGroupsRemembered).
 func (t *Trainer) remembers(k uint64) bool {
 	_, ok := t.groups[k]
 	return ok
+}
+
+// remember adds the keys (8 bytes each) not yet remembered, then forgets the oldest beyond the bound.
+func (t *Trainer) remember(keys []byte) {
+	for i := 0; i+8 <= len(keys); i += 8 {
+		if k := binary.LittleEndian.Uint64(keys[i:]); !t.remembers(k) {
+			t.groups[k] = struct{}{}
+			t.keys = binary.LittleEndian.AppendUint64(t.keys, k)
+		}
+	}
+	if n := len(t.keys)/8 - proto.MaxGroupsRemembered; n > 0 {
+		for i := 0; i < n*8; i += 8 {
+			delete(t.groups, binary.LittleEndian.Uint64(t.keys[i:]))
+		}
+		t.keys = t.keys[n*8:]
+	}
+}
+
+// hasKey reports whether keys (8 bytes each) holds k.
+func hasKey(keys []byte, k uint64) bool {
+	for i := 0; i+8 <= len(keys); i += 8 {
+		if binary.LittleEndian.Uint64(keys[i:]) == k {
+			return true
+		}
+	}
+	return false
+}
+
+// logGroups stores the record of the groups version v trained for the first time.
+func (t *Trainer) logGroups(ctx context.Context, st stores, v int64, keys []byte) error {
+	data, err := codec.Marshal(proto.TrainedGroups{Schema: proto.SchemaVersion, Version: v, Keys: keys}, proto.MaxEpisodeBytes)
+	if err != nil {
+		return fmt.Errorf("trained groups of version %d: %w", v, err)
+	}
+	if _, err := st.js.Publish(ctx, proto.SubjectTrainedGroups, data); err != nil {
+		return fmt.Errorf("store the trained groups of version %d: %w", v, err)
+	}
+	return nil
+}
+
+// readTrainedGroups returns the keys StreamTrainedGroups holds for the versions up to upTo, oldest version
+// first, taking each version's last record (an earlier one is of an attempt that crashed before its
+// checkpoint, whose batch may not be the one that trained that version in the end).
+func (t *Trainer) readTrainedGroups(ctx context.Context, js jetstream.JetStream, upTo int64, log zerolog.Logger) ([]byte, error) {
+	s, err := js.Stream(ctx, proto.StreamTrainedGroups)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", proto.StreamTrainedGroups, err)
+	}
+	state := s.CachedInfo().State
+	if state.Msgs == 0 {
+		return nil, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+	}
+	defer it.Stop()
+	byVersion := map[int64][]byte{}
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+		}
+		var rec proto.TrainedGroups
+		if err := codec.Unmarshal(m.Data(), &rec); err != nil || len(rec.Keys)%8 != 0 {
+			t.badLog.Inc()
+			t.mu.Lock()
+			t.stats.BadGroupRecords++
+			t.mu.Unlock()
+			log.Warn().Err(err).Uint64("seq", md.Sequence.Stream).Int("key_bytes", len(rec.Keys)).Msg("not a trained-groups record; skipped")
+		} else if rec.Version <= upTo {
+			byVersion[rec.Version] = rec.Keys
+		}
+		if md.Sequence.Stream >= state.LastSeq {
+			break
+		}
+	}
+	var keys []byte
+	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
+		keys = append(keys, byVersion[v]...)
+	}
+	return keys, nil
 }
 
 // admit keeps the episodes that may train: not trained before (by group) and within the staleness bound.

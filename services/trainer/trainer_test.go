@@ -2,9 +2,11 @@ package trainer_test
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"github.com/jetrl/jetrl/shared/bus/bustest"
+	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/services/trainer"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/policy"
 	"github.com/nats-io/nats.go"
@@ -407,7 +410,8 @@ func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 }
 
 // A checkpoint written before the trainer kept group keys lists the applied groups by id; a trainer resumes
-// from it and still refuses a repeat of those groups. Its checkpoint is then the new form, keys only.
+// from it and still refuses a repeat of those groups. It logs them in the trained-groups log, and its
+// checkpoint is then the current form, the count of groups only.
 func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
 	m := newMesh(t)
 	cfg := testConfig(1)
@@ -432,12 +436,17 @@ func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
 		}
 		return cp
 	}
+	// The checkpoint and log as a trainer of that time left them: ids in the checkpoint, no log.
 	cp := stored()
-	if keys, _ := cp["group_keys"].([]byte); len(keys) != 8 {
-		t.Fatalf("checkpoint group keys %v, want one 8-byte key (group g1)", cp["group_keys"])
-	}
-	delete(cp, "group_keys")
+	delete(cp, "groups_remembered")
 	cp["groups"] = []string{"g1"}
+	logged, err := m.js.Stream(ctx, proto.StreamTrainedGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logged.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
 	b, err := codec.Marshal(cp, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -457,8 +466,119 @@ func TestResumesFromCheckpointWithGroupIDs(t *testing.T) {
 		t.Fatalf("stats %+v, want g2's 2 episodes trained and g1's repeat refused", s)
 	}
 	cp = stored()
-	if keys, _ := cp["group_keys"].([]byte); len(keys) != 16 || cp["groups"] != nil {
-		t.Fatalf("checkpoint after the batch: group keys %v and ids %v, want two keys (g1, g2) and no ids", cp["group_keys"], cp["groups"])
+	if cp["group_keys"] != nil || cp["groups"] != nil || fmt.Sprint(cp["groups_remembered"]) != "2" {
+		t.Fatalf("checkpoint after the batch: group keys %v, ids %v, groups remembered %v; want no keys or ids and 2 (g1, g2)", cp["group_keys"], cp["groups"], cp["groups_remembered"])
+	}
+	if recs := m.trainedGroups(t); len(recs) != 2 || recs[0].Version != 1 || !slices.Equal(recs[0].Keys, keyOf("g1")) || recs[1].Version != 2 || !slices.Equal(recs[1].Keys, keyOf("g2")) {
+		t.Fatalf("trained-groups log %+v, want g1 at version 1 (from the checkpoint) and g2 at version 2", recs)
+	}
+	r2.stop()
+	r3 := m.startTrainer(t, cfg)
+	v2 := m.model(t)
+	m.publishBatch(t, "tb-3", proto.TrainBatch{ID: "tb-3", Episodes: append(group(v2, "g1", 2), group(v2, "g2", 2)...)})
+	eventually(t, 10*time.Second, "the third batch", func() bool { return r3.tr.Stats().Batches == 3 })
+	if s := r3.tr.Stats(); s.EpisodesTrained != 4 || s.DupEpisodes != 4 {
+		t.Fatalf("stats %+v, want both groups refused as repeats after the restart", s)
+	}
+}
+
+// keyOf is the trained-groups log's key of a group id: FNV-1a 64, little-endian.
+func keyOf(ids ...string) []byte {
+	var b []byte
+	for _, id := range ids {
+		h := fnv.New64a()
+		h.Write([]byte(id))
+		b = binary.LittleEndian.AppendUint64(b, h.Sum64())
+	}
+	return b
+}
+
+// trainedGroups reads the trained-groups log.
+func (m *mesh) trainedGroups(t *testing.T) []proto.TrainedGroups {
+	t.Helper()
+	ctx := testCtx(t)
+	n := m.msgs(t, proto.StreamTrainedGroups)
+	s, err := m.js.Stream(ctx, proto.StreamTrainedGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proto.TrainedGroups
+	for seq := uint64(1); uint64(len(out)) < n; seq++ {
+		raw, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec proto.TrainedGroups
+		if err := codec.Unmarshal(raw.Data, &rec); err != nil {
+			t.Fatalf("message %d of the trained-groups log: %v", seq, err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// The checkpoint carries the number of groups remembered, not their keys: each version's new groups are a
+// record in the trained-groups log, stored before its checkpoint, from which a restarted trainer knows them
+// again. A record of a version past the checkpoint (an attempt that crashed before its checkpoint) does not
+// count, and the version's record stored later replaces it; a message that is not a record is skipped and
+// counted.
+func TestTrainedGroupsLogAcrossRestarts(t *testing.T) {
+	m := newMesh(t)
+	cfg := testConfig(1)
+	r := m.startTrainer(t, cfg)
+	m.publishBatch(t, "tb-1", proto.TrainBatch{ID: "tb-1", Episodes: group(m.model(t), "g1", 0)})
+	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
+	r.stop()
+	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := codec.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if cp["group_keys"] != nil || fmt.Sprint(cp["groups_remembered"]) != "1" {
+		t.Fatalf("checkpoint group keys %v, groups remembered %v; want no keys and 1", cp["group_keys"], cp["groups_remembered"])
+	}
+	if recs := m.trainedGroups(t); len(recs) != 1 || recs[0].Version != 1 || !slices.Equal(recs[0].Keys, keyOf("g1")) {
+		t.Fatalf("trained-groups log %+v, want g1 at version 1", recs)
+	}
+	// A crashed attempt at version 2 that named g9, and a message that is not a record.
+	crashed, err := codec.Marshal(proto.TrainedGroups{Schema: proto.SchemaVersion, Version: 2, Keys: keyOf("g9")}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{crashed, []byte("not msgpack")} {
+		if _, err := m.js.Publish(testCtx(t), proto.SubjectTrainedGroups, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r2 := m.startTrainer(t, cfg)
+	if s := r2.tr.Stats(); s.BadGroupRecords != 1 {
+		t.Fatalf("stats %+v, want the one message that is not a record counted", s)
+	}
+	v1 := m.model(t)
+	m.publishBatch(t, "tb-2", proto.TrainBatch{ID: "tb-2", Episodes: append(group(v1, "g2", 1), group(v1, "g1", 1)...)})
+	eventually(t, 10*time.Second, "the second batch", func() bool { return r2.tr.Stats().Batches == 2 })
+	if s := r2.tr.Stats(); s.EpisodesTrained != 4 || s.DupEpisodes != 2 {
+		t.Fatalf("stats %+v, want g2 trained and g1's repeat refused", s)
+	}
+	r2.stop()
+
+	r3 := m.startTrainer(t, cfg)
+	v2 := m.model(t)
+	m.publishBatch(t, "tb-3", proto.TrainBatch{ID: "tb-3", Episodes: slices.Concat(group(v2, "g9", 2), group(v2, "g1", 2), group(v2, "g2", 2))})
+	eventually(t, 10*time.Second, "the third batch", func() bool { return r3.tr.Stats().Batches == 3 })
+	if s := r3.tr.Stats(); s.EpisodesTrained != 6 || s.DupEpisodes != 4 {
+		t.Fatalf("stats %+v, want g9 trained (its record was of a crashed attempt, replaced) and g1 and g2 refused", s)
 	}
 }
 

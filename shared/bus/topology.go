@@ -24,6 +24,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, replicas int) e
 			Storage:    jetstream.FileStorage,
 			MaxBytes:   s.MaxBytes,
 			MaxAge:     s.MaxAge,
+			MaxMsgs:    s.MaxMsgs,
 			MaxMsgSize: s.MaxMsg,
 			Duplicates: proto.DedupWindow,
 			Replicas:   replicas,
