@@ -145,6 +145,20 @@ func (m *mesh) publishBatch(t *testing.T, msgID string, tb proto.TrainBatch) {
 	m.publish(t, msgID, data)
 }
 
+// checkpointBytes reads the stored checkpoint object.
+func (m *mesh) checkpointBytes(t *testing.T) []byte {
+	t.Helper()
+	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // lastStep reads the last step event stored, and its message id.
 func (m *mesh) lastStep(t *testing.T) (proto.TrainStep, string) {
 	t.Helper()
@@ -350,14 +364,7 @@ func TestStepEventComesBackWholeAfterACrash(t *testing.T) {
 	eventually(t, 10*time.Second, "the step event", func() bool { return m.msgs(t, proto.StreamEvents) == 1 })
 	step, _ := m.lastStep(t)
 	r.stop()
-	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := m.checkpointBytes(t)
 
 	m2 := newMesh(t)
 	obj2, err := m2.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
@@ -532,16 +539,8 @@ func TestTrainedGroupsLogAcrossRestarts(t *testing.T) {
 	m.publishBatch(t, "tb-1", proto.TrainBatch{ID: "tb-1", Episodes: group(m.model(t), "g1", 0)})
 	eventually(t, 10*time.Second, "version 1", func() bool { return m.version(t) == 1 })
 	r.stop()
-	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cp map[string]any
-	if err := codec.Unmarshal(b, &cp); err != nil {
+	if err := codec.Unmarshal(m.checkpointBytes(t), &cp); err != nil {
 		t.Fatal(err)
 	}
 	if cp["group_keys"] != nil || fmt.Sprint(cp["groups_remembered"]) != "1" {
