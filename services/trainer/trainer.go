@@ -135,6 +135,10 @@ type Trainer struct {
 	cp     checkpoint
 	groups map[uint64]struct{}
 	keys   []byte // the keys of groups, oldest first, 8 bytes each (little-endian)
+	// loggedAhead is the last version past the checkpoint that the trained-groups log held a record of at
+	// restore (an attempt that crashed before its checkpoint): each version up to it is logged again, with
+	// no keys if it trains none, so that the crashed attempt's record is never the last of its version.
+	loggedAhead int64
 
 	mu         sync.Mutex
 	stats      Stats
@@ -325,10 +329,11 @@ func (t *Trainer) restore(ctx context.Context, st stores, log zerolog.Logger) er
 	for _, g := range cp.Groups {
 		legacy = binary.LittleEndian.AppendUint64(legacy, groupKey(g))
 	}
-	logged, err := t.readTrainedGroups(ctx, st.js, cp.Version, log)
+	logged, ahead, err := t.readTrainedGroups(ctx, st.js, cp.Version, log)
 	if err != nil {
 		return err
 	}
+	t.loggedAhead = ahead
 	t.remember(legacy)
 	t.remember(logged)
 	if len(legacy) > 0 {
@@ -494,7 +499,7 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		err = nil
-		if len(fresh) > 0 {
+		if len(fresh) > 0 || t.cp.Version <= t.loggedAhead {
 			err = t.logGroups(pctx, st, t.cp.Version, fresh)
 		}
 		if err == nil {
@@ -654,34 +659,35 @@ func (t *Trainer) logGroups(ctx context.Context, st stores, v int64, keys []byte
 
 // readTrainedGroups returns the keys StreamTrainedGroups holds for the versions up to upTo, oldest version
 // first, taking each version's last record (an earlier one is of an attempt that crashed before its
-// checkpoint, whose batch may not be the one that trained that version in the end).
-func (t *Trainer) readTrainedGroups(ctx context.Context, js jetstream.JetStream, upTo int64, log zerolog.Logger) ([]byte, error) {
+// checkpoint, whose batch may not be the one that trained that version in the end), and the last version
+// past upTo that it holds a record of (0 if none).
+func (t *Trainer) readTrainedGroups(ctx context.Context, js jetstream.JetStream, upTo int64, log zerolog.Logger) (keys []byte, ahead int64, err error) {
 	s, err := js.Stream(ctx, proto.StreamTrainedGroups)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", proto.StreamTrainedGroups, err)
+		return nil, 0, fmt.Errorf("stream %s: %w", proto.StreamTrainedGroups, err)
 	}
 	state := s.CachedInfo().State
 	if state.Msgs == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+		return nil, 0, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+		return nil, 0, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
 	}
 	defer it.Stop()
 	byVersion := map[int64][]byte{}
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+			return nil, 0, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
+			return nil, 0, fmt.Errorf("read %s: %w", proto.StreamTrainedGroups, err)
 		}
 		var rec proto.TrainedGroups
 		if err := codec.Unmarshal(m.Data(), &rec); err != nil || len(rec.Keys)%8 != 0 {
@@ -692,16 +698,17 @@ func (t *Trainer) readTrainedGroups(ctx context.Context, js jetstream.JetStream,
 			log.Warn().Err(err).Uint64("seq", md.Sequence.Stream).Int("key_bytes", len(rec.Keys)).Msg("not a trained-groups record; skipped")
 		} else if rec.Version <= upTo {
 			byVersion[rec.Version] = rec.Keys
+		} else {
+			ahead = max(ahead, rec.Version)
 		}
 		if md.Sequence.Stream >= state.LastSeq {
 			break
 		}
 	}
-	var keys []byte
 	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
 		keys = append(keys, byVersion[v]...)
 	}
-	return keys, nil
+	return keys, ahead, nil
 }
 
 // admit keeps the episodes that may train: not trained before (by group) and within the staleness bound.

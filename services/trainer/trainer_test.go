@@ -500,7 +500,7 @@ func keyOf(ids ...string) []byte {
 	return b
 }
 
-// trainedGroups reads the trained-groups log.
+// trainedGroups reads the trained-groups log; a message that is not a record reads as version -1.
 func (m *mesh) trainedGroups(t *testing.T) []proto.TrainedGroups {
 	t.Helper()
 	ctx := testCtx(t)
@@ -520,7 +520,7 @@ func (m *mesh) trainedGroups(t *testing.T) []proto.TrainedGroups {
 		}
 		var rec proto.TrainedGroups
 		if err := codec.Unmarshal(raw.Data, &rec); err != nil {
-			t.Fatalf("message %d of the trained-groups log: %v", seq, err)
+			rec = proto.TrainedGroups{Version: -1}
 		}
 		out = append(out, rec)
 	}
@@ -530,8 +530,8 @@ func (m *mesh) trainedGroups(t *testing.T) []proto.TrainedGroups {
 // The checkpoint carries the number of groups remembered, not their keys: each version's new groups are a
 // record in the trained-groups log, stored before its checkpoint, from which a restarted trainer knows them
 // again. A record of a version past the checkpoint (an attempt that crashed before its checkpoint) does not
-// count, and the version's record stored later replaces it; a message that is not a record is skipped and
-// counted.
+// count, and the version's record stored later replaces it, with no keys if that version trains none; a
+// message that is not a record is skipped and counted.
 func TestTrainedGroupsLogAcrossRestarts(t *testing.T) {
 	m := newMesh(t)
 	cfg := testConfig(1)
@@ -564,18 +564,31 @@ func TestTrainedGroupsLogAcrossRestarts(t *testing.T) {
 	if s := r2.tr.Stats(); s.BadGroupRecords != 1 {
 		t.Fatalf("stats %+v, want the one message that is not a record counted", s)
 	}
+	// Version 2 trains no group (g1 again): its record, with no keys, still replaces the crashed attempt's.
 	v1 := m.model(t)
-	m.publishBatch(t, "tb-2", proto.TrainBatch{ID: "tb-2", Episodes: append(group(v1, "g2", 1), group(v1, "g1", 1)...)})
+	m.publishBatch(t, "tb-2", proto.TrainBatch{ID: "tb-2", Episodes: group(v1, "g1", 1)})
 	eventually(t, 10*time.Second, "the second batch", func() bool { return r2.tr.Stats().Batches == 2 })
+	m.publishBatch(t, "tb-3", proto.TrainBatch{ID: "tb-3", Episodes: group(v1, "g2", 1)})
+	eventually(t, 10*time.Second, "the third batch", func() bool { return r2.tr.Stats().Batches == 3 })
 	if s := r2.tr.Stats(); s.EpisodesTrained != 4 || s.DupEpisodes != 2 {
-		t.Fatalf("stats %+v, want g2 trained and g1's repeat refused", s)
+		t.Fatalf("stats %+v, want g1's repeat refused and g2 trained", s)
 	}
+	m.publishBatch(t, "tb-4", proto.TrainBatch{ID: "tb-4", Episodes: group(m.model(t), "g1", 3)})
+	eventually(t, 10*time.Second, "the fourth batch", func() bool { return r2.tr.Stats().Batches == 4 })
 	r2.stop()
+	recs := m.trainedGroups(t)
+	var versions []int64
+	for _, rec := range recs {
+		versions = append(versions, rec.Version)
+	}
+	if !slices.Equal(versions, []int64{1, 2, -1, 2, 3}) || len(recs[3].Keys) != 0 {
+		t.Fatalf("records %+v, want versions 1, 2, not a record, 2 with no keys, 3 and none for version 4, which trained nothing after the crashed attempt's", recs)
+	}
 
 	r3 := m.startTrainer(t, cfg)
-	v2 := m.model(t)
-	m.publishBatch(t, "tb-3", proto.TrainBatch{ID: "tb-3", Episodes: slices.Concat(group(v2, "g9", 2), group(v2, "g1", 2), group(v2, "g2", 2))})
-	eventually(t, 10*time.Second, "the third batch", func() bool { return r3.tr.Stats().Batches == 3 })
+	v4 := m.model(t)
+	m.publishBatch(t, "tb-5", proto.TrainBatch{ID: "tb-5", Episodes: slices.Concat(group(v4, "g9", 4), group(v4, "g1", 4), group(v4, "g2", 4))})
+	eventually(t, 10*time.Second, "the fifth batch", func() bool { return r3.tr.Stats().Batches == 5 })
 	if s := r3.tr.Stats(); s.EpisodesTrained != 6 || s.DupEpisodes != 4 {
 		t.Fatalf("stats %+v, want g9 trained (its record was of a crashed attempt, replaced) and g1 and g2 refused", s)
 	}
