@@ -146,8 +146,10 @@ func (c *Client) batched(ctx context.Context, b *batcher, cl *call) (proto.EnvBa
 	if c.cfg.Unbatched || b.useSingle() {
 		return proto.EnvBatchResult{}, errBatchSkipped
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	defer cancel()
+	// A timer of its own rather than a context.WithTimeout: no child context to register with the caller's
+	// on every step of every episode.
+	timeout := time.NewTimer(c.cfg.CallTimeout)
+	defer timeout.Stop()
 	cl.done = make(chan callResult, 1)
 	b.enqueue(cl)
 	select {
@@ -156,17 +158,22 @@ func (c *Client) batched(ctx context.Context, b *batcher, cl *call) (proto.EnvBa
 			return proto.EnvBatchResult{}, errBatchSkipped
 		}
 		return res.res, res.err
-	case <-rctx.Done():
-		c.mu.Lock()
-		r := c.reply
-		c.mu.Unlock()
-		if r != nil {
-			r.abandon(cl)
-		}
-		if ctx.Err() != nil {
-			return proto.EnvBatchResult{}, ctx.Err()
-		}
+	case <-ctx.Done():
+		c.abandon(cl)
+		return proto.EnvBatchResult{}, ctx.Err()
+	case <-timeout.C:
+		c.abandon(cl)
 		return proto.EnvBatchResult{}, fmt.Errorf("%w: %s after %v", proto.ErrEnvTimeout, b.subject, c.cfg.CallTimeout)
+	}
+}
+
+// abandon forgets a batched call whose caller stopped waiting.
+func (c *Client) abandon(cl *call) {
+	c.mu.Lock()
+	r := c.reply
+	c.mu.Unlock()
+	if r != nil {
+		r.abandon(cl)
 	}
 }
 
