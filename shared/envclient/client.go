@@ -163,6 +163,9 @@ func (c *Client) batched(ctx context.Context, b *batcher, cl *call) (proto.EnvBa
 		return proto.EnvBatchResult{}, ctx.Err()
 	case <-timeout.C:
 		c.abandon(cl)
+		if ctx.Err() != nil { // both ended: the caller's reason wins, as it is no fault of the host
+			return proto.EnvBatchResult{}, ctx.Err()
+		}
 		return proto.EnvBatchResult{}, fmt.Errorf("%w: %s after %v", proto.ErrEnvTimeout, b.subject, c.cfg.CallTimeout)
 	}
 }
