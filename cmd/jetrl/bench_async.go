@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -71,6 +72,7 @@ type benchAsyncCmd struct {
 	JSON          bool          `name:"json" help:"Print one JSON object instead of a table."`
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of both modes to this file (go tool pprof)."`
+	From          []string      `name:"from" type:"existingfile" help:"Instead of running, pool the pairs of these earlier runs' --json output (their workloads must agree but for the seed, and for the epochs when each run calibrated its own) and print their summary over all pairs."`
 	// policyBits, if set, shrinks the policy (log2 of its weights) for the smoke tests; not a flag.
 	policyBits int
 }
@@ -115,7 +117,9 @@ type asyncBenchResult struct {
 
 // asyncPair is one seed's run of both modes.
 type asyncPair struct {
-	Seed         uint64  `json:"seed"`
+	Seed uint64 `json:"seed"`
+	// Epochs are the trainer's PPO epochs per batch in this pair's runs.
+	Epochs       int     `json:"epochs"`
 	Speedup      float64 `json:"speedup"`
 	HeldOutSync  float64 `json:"heldout_success_sync"`
 	HeldOutAsync float64 `json:"heldout_success_async"`
@@ -164,8 +168,11 @@ type asyncWorkload struct {
 	EnvHosts        int      `json:"env_hosts"`
 	EvalEpisodes    int      `json:"eval_episodes"`
 	Seed            uint64   `json:"seed"`
-	// Calibration is how the epochs were chosen (absent when --epochs was given).
+	// Calibration is how the epochs were chosen (absent when --epochs was given, and when pooled).
 	Calibration *asyncCalibration `json:"calibration,omitempty"`
+	// PooledFrom names the files whose pairs were pooled (--from); Epochs and LearningRate are then 0 when
+	// the pairs' epochs differ (each pair has its own).
+	PooledFrom []string `json:"pooled_from,omitempty"`
 }
 
 // asyncCalibration is how the trainer's epochs were chosen. On two CPU cores the trainer's work per batch is
@@ -291,6 +298,19 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 func (c *benchAsyncCmd) Run(g *globals) error {
 	ctx, stop := signalContext()
 	defer stop()
+	if len(c.From) > 0 {
+		res, err := poolAsyncResults(c.From)
+		if err != nil {
+			return err
+		}
+		if c.JSON {
+			return benchPrintJSON(res)
+		}
+		pc := *c // the table shows the pooled runs' settings, not this command's flags
+		pc.Eta, pc.TurnStale, pc.HeldOutPoints = res.Eta, res.Workload.TurnStaleness, res.Workload.HeldOutPoints
+		pc.printTable(res)
+		return nil
+	}
 	stopProfile, err := benchCPUProfile(c.CPUProfile)
 	if err != nil {
 		return err
@@ -338,13 +358,10 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		c.Epochs, res.Workload.Calibration = cal.ChosenEpochs, cal
 	}
 	res.Workload.Epochs, res.Workload.LearningRate, res.Workload.LREpochs = c.Epochs, c.learningRate(), c.LREpochs
-	res.StalenessHist = map[string]int64{}
-	res.HeldOutByTaskSync, res.HeldOutByTaskAsync = map[string]float64{}, map[string]float64{}
-	var heldSync, heldAsync, curveSync, curveAsync []float64
 	for i := range c.Seeds {
 		pc := *c
 		pc.Seed = c.Seed + uint64(i)
-		p := &asyncPair{Seed: pc.Seed}
+		p := &asyncPair{Seed: pc.Seed, Epochs: c.Epochs}
 		say("seed %d: synchronous (eta 0)...", pc.Seed)
 		if p.Sync, err = runTrial(ctx, pc.trial(0), log); err != nil {
 			return nil, fmt.Errorf("synchronous mode, seed %d: %w", pc.Seed, err)
@@ -353,6 +370,31 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		if p.Async, err = runTrial(ctx, pc.trial(c.Eta), log); err != nil {
 			return nil, fmt.Errorf("asynchronous mode, seed %d: %w", pc.Seed, err)
 		}
+		res.Pairs = append(res.Pairs, p)
+	}
+	if err := res.summarize(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// summarize sets res's figures over its pairs from the pairs' trials: the pairs' own figures (speedup,
+// held-out success, curve means) and the summary over pairs.
+func (res *asyncBenchResult) summarize() error {
+	if len(res.Pairs) == 0 {
+		return errors.New("no pairs")
+	}
+	res.SyncEpisodesPerS, res.AsyncEpisodesPerS, res.Speedup, res.TrainerBusySync, res.TrainerBusyAsync, res.MaxStaleness = 0, 0, 0, 0, 0, 0
+	res.StalenessHist = map[string]int64{}
+	res.HeldOutByTaskSync, res.HeldOutByTaskAsync = map[string]float64{}, map[string]float64{}
+	res.HeldOutCurveSync, res.HeldOutCurveAsync, res.HeldOutCurveDiffMean, res.HeldOutCurveDiffCI95, res.HeldOutDiffCI95 = nil, nil, nil, nil, nil
+	var heldSync, heldAsync, curveSync, curveAsync []float64
+	n := float64(len(res.Pairs))
+	for _, p := range res.Pairs {
+		if p.Sync == nil || p.Async == nil {
+			return fmt.Errorf("seed %d: the pair lacks a mode's trial", p.Seed)
+		}
+		p.Speedup, p.HeldOutCurveSync, p.HeldOutCurveAsync = 0, nil, nil
 		if p.Sync.EpisodesPerS > 0 {
 			p.Speedup = p.Async.EpisodesPerS / p.Sync.EpisodesPerS
 		}
@@ -361,8 +403,6 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			p.HeldOutCurveSync, p.HeldOutCurveAsync = &cs, &ca
 			curveSync, curveAsync = append(curveSync, cs), append(curveAsync, ca)
 		}
-		res.Pairs = append(res.Pairs, p)
-		n := float64(c.Seeds)
 		res.SyncEpisodesPerS += p.Sync.EpisodesPerS / n
 		res.AsyncEpisodesPerS += p.Async.EpisodesPerS / n
 		res.Speedup += p.Speedup / n
@@ -395,11 +435,11 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	syncStat, err := report.NewStat(heldSync)
 	if err != nil {
-		return nil, fmt.Errorf("held-out success of the synchronous mode: %w", err)
+		return fmt.Errorf("held-out success of the synchronous mode: %w", err)
 	}
 	asyncStat, err := report.NewStat(heldAsync)
 	if err != nil {
-		return nil, fmt.Errorf("held-out success of the asynchronous mode: %w", err)
+		return fmt.Errorf("held-out success of the asynchronous mode: %w", err)
 	}
 	res.HeldOutSync, res.HeldOutSyncStd = syncStat.Mean, syncStat.Std
 	res.HeldOutAsync, res.HeldOutAsyncStd = asyncStat.Mean, asyncStat.Std
@@ -413,7 +453,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		res.HeldOutDiffCI95 = &ci
 	}
 	res.Sync, res.Async = res.Pairs[0].Sync, res.Pairs[0].Async
-	return res, nil
+	return nil
 }
 
 // A calibration run measures calibrateBatches centred on the measured window's middle batch (see
@@ -553,11 +593,16 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		}
 		fmt.Printf("calibration (asynchronous, trainer busy aimed at %.0f%%): %s; %d epochs per batch (%s), learning rate %.4g\n",
 			100*cal.TargetBusy, strings.Join(runs, ", "), cal.ChosenEpochs, verdict, res.Workload.LearningRate)
+	} else if from := res.Workload.PooledFrom; len(from) > 0 {
+		fmt.Printf("%d pairs pooled from %d runs (%s)\n", len(res.Pairs), len(from), strings.Join(from, ", "))
 	} else {
 		fmt.Printf("%d epochs per batch (given), learning rate %.4g\n", res.Workload.Epochs, res.Workload.LearningRate)
 	}
 	for _, p := range res.Pairs {
-		if len(res.Pairs) > 1 {
+		switch {
+		case len(res.Workload.PooledFrom) > 0:
+			fmt.Printf("seed %d, %d epochs per batch\n", p.Seed, p.Epochs)
+		case len(res.Pairs) > 1:
 			fmt.Printf("seed %d\n", p.Seed)
 		}
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -599,9 +644,9 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		diffs[i] = fmt.Sprintf("%+.1f", 100*(p.HeldOutAsync-p.HeldOutSync))
 		minSpeed, minBusy = min(minSpeed, p.Speedup), min(minBusy, p.Async.TrainerBusy)
 	}
-	fmt.Printf("over %d pairs (seeds %d-%d): speedup %.2fx (lowest %.2fx); trainer busy async %.1f%% (lowest %.1f%%); max staleness %d; "+
+	fmt.Printf("over %d pairs (seeds %s): speedup %.2fx (lowest %.2fx); trainer busy async %.1f%% (lowest %.1f%%); max staleness %d; "+
 		"held-out success sync %.1f ± %.1f%%, async %.1f ± %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
-		len(res.Pairs), res.Pairs[0].Seed, res.Pairs[len(res.Pairs)-1].Seed, res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
+		len(res.Pairs), pairSeedsString(res.Pairs), res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
 		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "),
 		100*res.HeldOutDiffMean, 100*res.HeldOutDiffCI95[0], 100*res.HeldOutDiffCI95[1]) // set with two pairs or more, as here
 	if tasks := slices.Sorted(maps.Keys(res.HeldOutByTaskSync)); len(tasks) > 0 {
@@ -619,6 +664,21 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		fmt.Printf("held-out along the window (mean of its %d points after the start): sync %.1f%%, async %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
 			c.HeldOutPoints, 100**res.HeldOutCurveSync, 100**res.HeldOutCurveAsync, strings.Join(cd, ", "), 100**res.HeldOutCurveDiffMean, 100*ci[0], 100*ci[1])
 	}
+}
+
+// pairSeedsString shows the pairs' seeds as "first-last" when they run one by one from the first, as one
+// run's do, or else each in turn.
+func pairSeedsString(pairs []*asyncPair) string {
+	seeds := make([]string, len(pairs))
+	consecutive := true
+	for i, p := range pairs {
+		seeds[i] = strconv.FormatUint(p.Seed, 10)
+		consecutive = consecutive && p.Seed == pairs[0].Seed+uint64(i)
+	}
+	if consecutive {
+		return seeds[0] + "-" + seeds[len(seeds)-1]
+	}
+	return strings.Join(seeds, ", ")
 }
 
 // curveString shows a held-out curve as "512: 41.2%, 3072: 50.1%, ...".

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -183,6 +184,91 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	if math.Abs(res.HeldOutByTaskSync["db"]-syncDB) > 1e-12 || len(res.HeldOutByTaskAsync) != 1 {
 		t.Errorf("held-out by task %v / %v, want db's mean over pairs %v in each mode", res.HeldOutByTaskSync, res.HeldOutByTaskAsync, syncDB)
+	}
+	benchCheckPooling(t, res)
+}
+
+// benchCheckPooling splits a two-pair run's --json output into two one-pair files and checks that --from
+// pools them back into the run's own summary, and refuses runs of another workload.
+func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, r *asyncBenchResult) string {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// Each file is what a one-pair run prints: its own summary, its own seed.
+	one := func(i int, edit func(*asyncBenchResult)) *asyncBenchResult {
+		var r asyncBenchResult
+		b, _ := json.Marshal(res)
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		r.Pairs = r.Pairs[i : i+1]
+		r.Workload.Seed = r.Pairs[0].Seed
+		if err := r.summarize(); err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(&r)
+		}
+		return &r
+	}
+	a, b := write("a.json", one(0, nil)), write("b.json", one(1, nil))
+	pooled, err := poolAsyncResults([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }
+	if len(pooled.Pairs) != 2 || !near(pooled.Speedup, res.Speedup) || !near(pooled.TrainerBusyAsync, res.TrainerBusyAsync) ||
+		!near(pooled.HeldOutDiffMean, res.HeldOutDiffMean) || !near(pooled.HeldOutDiffStd, res.HeldOutDiffStd) ||
+		pooled.HeldOutDiffCI95 == nil || !near(pooled.HeldOutDiffCI95[0], res.HeldOutDiffCI95[0]) || !near(pooled.HeldOutDiffCI95[1], res.HeldOutDiffCI95[1]) ||
+		pooled.MaxStaleness != res.MaxStaleness || !reflect.DeepEqual(pooled.StalenessHist, res.StalenessHist) ||
+		!near(pooled.HeldOutByTaskAsync["db"], res.HeldOutByTaskAsync["db"]) || pooled.HeldOutCurveDiffCI95 == nil ||
+		!near(pooled.HeldOutCurveDiffCI95[0], res.HeldOutCurveDiffCI95[0]) {
+		t.Errorf("pooled %+v\nwant the two-pair run's summary %+v", pooled, res)
+	}
+	if !reflect.DeepEqual(pooled.Workload.PooledFrom, []string{a, b}) || pooled.Workload.Calibration != nil || pooled.Workload.Epochs != res.Workload.Epochs ||
+		pooled.Pairs[0].Epochs != res.Workload.Epochs {
+		t.Errorf("pooled workload %+v, pair epochs %d: want both files named, no calibration, the run's %d epochs", pooled.Workload, pooled.Pairs[0].Epochs, res.Workload.Epochs)
+	}
+	// A seed run twice is two pairs; the summary is over all three.
+	if p3, err := poolAsyncResults([]string{a, b, b}); err != nil || len(p3.Pairs) != 3 || p3.HeldOutDiffCI95 == nil {
+		t.Errorf("pooling a file twice: %v, %+v; want three pairs", err, p3)
+	}
+	// Calibrated runs may differ in epochs; the pooled workload then has none, each pair its own.
+	c18 := write("c18.json", one(1, func(r *asyncBenchResult) {
+		r.Workload.Epochs, r.Pairs[0].Epochs = r.Workload.Epochs+2, r.Workload.Epochs+2
+	}))
+	if p, err := poolAsyncResults([]string{a, c18}); err != nil || p.Workload.Epochs != 0 || p.Pairs[1].Epochs != res.Workload.Epochs+2 {
+		t.Errorf("pooling calibrated runs of other epochs: %v, workload epochs %v; want them pooled, the pair keeping its epochs", err, p)
+	}
+	for _, tc := range []struct {
+		name, want string
+		edit       func(*asyncBenchResult)
+	}{
+		{"eta", "eta 3, not", func(r *asyncBenchResult) { r.Eta = 3 }},
+		{"lead", "lead_ms 250, not", func(r *asyncBenchResult) { r.Workload.LeadMS = 250 }},
+		{"given-epochs", "epochs", func(r *asyncBenchResult) { r.Workload.Calibration, r.Workload.Epochs = nil, r.Workload.Epochs+2 }},
+	} {
+		other := write(tc.name+".json", one(1, tc.edit))
+		if _, err := poolAsyncResults([]string{a, other}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), other) {
+			t.Errorf("pooling a run with another %s: err = %v, want one naming %s and %q", tc.name, err, other, tc.want)
+		}
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"speedup": 3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := poolAsyncResults([]string{a, bad}); err == nil || !strings.Contains(err.Error(), "no pairs") {
+		t.Errorf("pooling a file without pairs: err = %v, want one saying so", err)
 	}
 }
 
