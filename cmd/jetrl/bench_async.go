@@ -57,6 +57,7 @@ type benchAsyncCmd struct {
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
+	Recalibrate   bool          `name:"recalibrate" default:"true" negatable:"" help:"With --epochs 0: before each pair after the first, check the epochs in a short asynchronous run and raise them if the trainer was under 96% busy (the machine's speed moves; see README)."`
 	LR            float64       `name:"lr" default:"0.0035" help:"The trainer's Adam learning rate in both modes, whatever the epochs: the rate per step sets how fast both modes learn (README: 0.0015 learned slowly, 0.0067 stalled the asynchronous mode on kg)."`
 	LREpochs      int           `name:"lr-epochs" default:"0" help:"If above 0, the learning rate is instead the default rate 0.01 times this over the epochs, so each batch moves the policy about as far as this many epochs at 0.01 do."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
@@ -119,10 +120,13 @@ type asyncBenchResult struct {
 type asyncPair struct {
 	Seed uint64 `json:"seed"`
 	// Epochs are the trainer's PPO epochs per batch in this pair's runs.
-	Epochs       int     `json:"epochs"`
-	Speedup      float64 `json:"speedup"`
-	HeldOutSync  float64 `json:"heldout_success_sync"`
-	HeldOutAsync float64 `json:"heldout_success_async"`
+	Epochs int `json:"epochs"`
+	// Recalibration is the short asynchronous runs that checked the epochs before this pair (--recalibrate;
+	// none before the first pair, which follows the calibration).
+	Recalibration []asyncCalibRun `json:"recalibration,omitempty"`
+	Speedup       float64         `json:"speedup"`
+	HeldOutSync   float64         `json:"heldout_success_sync"`
+	HeldOutAsync  float64         `json:"heldout_success_async"`
 	// HeldOutCurve* is each mode's held-out curve's mean over its points after the window's start (nil
 	// without a curve).
 	HeldOutCurveSync  *float64     `json:"heldout_curve_sync,omitempty"`
@@ -194,6 +198,20 @@ type asyncCalibration struct {
 	ChosenEpochs int             `json:"chosen_epochs"`
 	Reached      bool            `json:"reached"`
 	Plateau      bool            `json:"plateau"`
+	// RecalibrateBelow (with --recalibrate) is the trainer busy fraction under which a pair's check
+	// raises the epochs (see recheckBelow).
+	RecalibrateBelow float64 `json:"recalibrate_below,omitempty"`
+}
+
+// recheckBelow is the trainer busy fraction under which a pair's check raises the epochs: recalibrateBelow,
+// or, after a calibration that levelled off lower, calibrateNearBusiest under its busiest run, which more
+// epochs did not make busier.
+func (cal *asyncCalibration) recheckBelow() float64 {
+	busiest := 0.0
+	for _, r := range cal.Runs {
+		busiest = max(busiest, r.TrainerBusy)
+	}
+	return min(recalibrateBelow, busiest-calibrateNearBusiest)
 }
 
 // asyncCalibRun is one calibration run.
@@ -355,22 +373,40 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
+		if c.Recalibrate {
+			cal.RecalibrateBelow = cal.recheckBelow()
+		}
 		c.Epochs, res.Workload.Calibration = cal.ChosenEpochs, cal
 	}
 	res.Workload.Epochs, res.Workload.LearningRate, res.Workload.LREpochs = c.Epochs, c.learningRate(), c.LREpochs
+	epochs := c.Epochs
 	for i := range c.Seeds {
 		pc := *c
 		pc.Seed = c.Seed + uint64(i)
-		p := &asyncPair{Seed: pc.Seed, Epochs: c.Epochs}
-		say("seed %d: synchronous (eta 0)...", pc.Seed)
-		if p.Sync, err = runTrial(ctx, pc.trial(0), log); err != nil {
-			return nil, fmt.Errorf("synchronous mode, seed %d: %w", pc.Seed, err)
+		p := &asyncPair{Seed: pc.Seed}
+		if i > 0 && res.Workload.Calibration != nil && c.Recalibrate {
+			if p.Recalibration, epochs, err = c.recalibrate(ctx, epochs, res.Workload.Calibration.RecalibrateBelow, log, say); err != nil {
+				return nil, fmt.Errorf("recalibration before seed %d: %w", pc.Seed, err)
+			}
 		}
-		say("seed %d: asynchronous (eta %d)...", pc.Seed, c.Eta)
+		pc.Epochs, p.Epochs = epochs, epochs
+		// The asynchronous mode first, right after the calibration that chose its epochs: the trainer's
+		// busy fraction is the one figure that depends on the machine's speed staying put in between.
+		say("seed %d: asynchronous (eta %d, %d epochs)...", pc.Seed, c.Eta, epochs)
 		if p.Async, err = runTrial(ctx, pc.trial(c.Eta), log); err != nil {
 			return nil, fmt.Errorf("asynchronous mode, seed %d: %w", pc.Seed, err)
 		}
+		say("seed %d: synchronous (eta 0, %d epochs)...", pc.Seed, epochs)
+		if p.Sync, err = runTrial(ctx, pc.trial(0), log); err != nil {
+			return nil, fmt.Errorf("synchronous mode, seed %d: %w", pc.Seed, err)
+		}
 		res.Pairs = append(res.Pairs, p)
+	}
+	if slices.ContainsFunc(res.Pairs, func(p *asyncPair) bool { return p.Epochs != c.Epochs }) {
+		res.Workload.Epochs = 0 // the pairs ran at their own epochs (--recalibrate)
+		if c.LREpochs > 0 {
+			res.Workload.LearningRate = 0 // and their own learning rates
+		}
 	}
 	if err := res.summarize(); err != nil {
 		return nil, err
@@ -508,21 +544,11 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 	cal := &asyncCalibration{TargetBusy: c.CalBusy}
 	e := c.CalEpochs
 	for range calibrateRuns {
-		say("calibration: asynchronous, %d epochs...", e)
-		pc := *c
-		pc.Epochs = e
-		tc := pc.trial(c.Eta)
-		tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = c.calibrationWarmup(), calibrateBatches*int64(c.BatchSize), 0, 0
-		r, err := runTrial(ctx, tc, log)
+		r, err := c.calibrationRun(ctx, e, log, say)
 		if err != nil {
 			return nil, err
 		}
-		if r.Batches < 1 || r.Seconds <= 0 || !(r.TrainerBusy > 0) {
-			return nil, fmt.Errorf("the run at %d epochs measured %d batches in %.2f s, the trainer %v busy", e, r.Batches, r.Seconds, r.TrainerBusy)
-		}
-		cal.Runs = append(cal.Runs, asyncCalibRun{Epochs: e, Batches: r.Batches, SecondsPerBatch: r.BatchSeconds,
-			UpdateSecondsPerBatch: r.TrainerUpdate * r.BatchSeconds, TrainerBusy: r.TrainerBusy})
-		say("calibration: %d epochs: %.2f s per batch, trainer busy %.1f%%", e, r.BatchSeconds, 100*r.TrainerBusy)
+		cal.Runs = append(cal.Runs, r)
 		cal.ChosenEpochs = e
 		if r.TrainerBusy >= c.CalBusy {
 			cal.Reached = true
@@ -540,6 +566,59 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 		e = nextEpochs(e, r.TrainerBusy, c.CalBusy)
 	}
 	return cal, nil
+}
+
+// calibrationRun is one short asynchronous run at e epochs: calibrateBatches measured around the window's
+// middle, no evaluation.
+func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.Logger, say func(string, ...any)) (asyncCalibRun, error) {
+	say("calibration: asynchronous, %d epochs...", e)
+	pc := *c
+	pc.Epochs = e
+	tc := pc.trial(c.Eta)
+	tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = c.calibrationWarmup(), calibrateBatches*int64(c.BatchSize), 0, 0
+	r, err := runTrial(ctx, tc, log)
+	if err != nil {
+		return asyncCalibRun{}, err
+	}
+	if r.Batches < 1 || r.Seconds <= 0 || !(r.TrainerBusy > 0) {
+		return asyncCalibRun{}, fmt.Errorf("the run at %d epochs measured %d batches in %.2f s, the trainer %v busy", e, r.Batches, r.Seconds, r.TrainerBusy)
+	}
+	say("calibration: %d epochs: %.2f s per batch, trainer busy %.1f%%", e, r.BatchSeconds, 100*r.TrainerBusy)
+	return asyncCalibRun{Epochs: e, Batches: r.Batches, SecondsPerBatch: r.BatchSeconds,
+		UpdateSecondsPerBatch: r.TrainerUpdate * r.BatchSeconds, TrainerBusy: r.TrainerBusy}, nil
+}
+
+// recalibrateBelow is the trainer busy fraction under which a pair's check raises the epochs, at most. It is
+// below the calibration's target: between the two, more epochs gain little busy time (near the plateau)
+// and cost both modes speed.
+const (
+	recalibrateBelow = 0.96
+	recalibrateRuns  = 2
+)
+
+// recalibrate checks e, the epochs of the pair before, in a calibration run before the next pair: the
+// trainer's work per batch is CPU time and the env's latencies are wall time, so when the machine has
+// sped up since the calibration the trainer waits for data. Under below busy (recheckBelow) it raises the
+// epochs as the calibration does (nextEpochs, aimed at --calibration-busy) and runs again, at most
+// recalibrateRuns runs in all, and chooses as the calibration does (chooseEpochs) over them. The epochs
+// only rise: a trainer that is busy may have epochs to spare, but that takes runs at fewer epochs to tell.
+func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, below float64, log zerolog.Logger, say func(string, ...any)) ([]asyncCalibRun, int, error) {
+	var runs []asyncCalibRun
+	for range recalibrateRuns {
+		r, err := c.calibrationRun(ctx, e, log, say)
+		if err != nil {
+			return runs, 0, err
+		}
+		runs = append(runs, r)
+		if r.TrainerBusy >= below {
+			return runs, e, nil
+		}
+		if e == calibrateMaxEpochs {
+			break
+		}
+		e = nextEpochs(e, r.TrainerBusy, c.CalBusy)
+	}
+	return runs, chooseEpochs(runs), nil
 }
 
 // nextEpochs is the epochs of the calibration run after one at e epochs that kept the trainer busy the
@@ -580,10 +659,6 @@ func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Mil
 
 func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 	if cal := res.Workload.Calibration; cal != nil {
-		runs := make([]string, len(cal.Runs))
-		for i, r := range cal.Runs {
-			runs[i] = fmt.Sprintf("%d epochs %.1f%%", r.Epochs, 100*r.TrainerBusy)
-		}
 		verdict := "the first that reached it"
 		switch {
 		case cal.Plateau:
@@ -591,8 +666,12 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		case !cal.Reached:
 			verdict = fmt.Sprintf("not reached; the fewest within %.0f point of the busiest", 100*calibrateNearBusiest)
 		}
-		fmt.Printf("calibration (asynchronous, trainer busy aimed at %.0f%%): %s; %d epochs per batch (%s), learning rate %.4g\n",
-			100*cal.TargetBusy, strings.Join(runs, ", "), cal.ChosenEpochs, verdict, res.Workload.LearningRate)
+		lr := fmt.Sprintf("learning rate %.4g", res.Workload.LearningRate)
+		if res.Workload.LearningRate == 0 {
+			lr = "learning rate by the epochs (--lr-epochs)"
+		}
+		fmt.Printf("calibration (asynchronous, trainer busy aimed at %.0f%%): %s; %d epochs per batch (%s), %s\n",
+			100*cal.TargetBusy, calibRunsString(cal.Runs), cal.ChosenEpochs, verdict, lr)
 	} else if from := res.Workload.PooledFrom; len(from) > 0 {
 		fmt.Printf("%d pairs pooled from %d runs (%s)\n", len(res.Pairs), len(from), strings.Join(from, ", "))
 	} else {
@@ -600,7 +679,9 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 	}
 	for _, p := range res.Pairs {
 		switch {
-		case len(res.Workload.PooledFrom) > 0:
+		case len(p.Recalibration) > 0:
+			fmt.Printf("seed %d, %d epochs per batch (checked before the pair: %s)\n", p.Seed, p.Epochs, calibRunsString(p.Recalibration))
+		case len(res.Workload.PooledFrom) > 0 || res.Workload.Epochs == 0:
 			fmt.Printf("seed %d, %d epochs per batch\n", p.Seed, p.Epochs)
 		case len(res.Pairs) > 1:
 			fmt.Printf("seed %d\n", p.Seed)
@@ -664,6 +745,15 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		fmt.Printf("held-out along the window (mean of its %d points after the start): sync %.1f%%, async %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
 			c.HeldOutPoints, 100**res.HeldOutCurveSync, 100**res.HeldOutCurveAsync, strings.Join(cd, ", "), 100**res.HeldOutCurveDiffMean, 100*ci[0], 100*ci[1])
 	}
+}
+
+// calibRunsString shows calibration runs as "4 epochs 56.0%, 8 epochs 96.7%".
+func calibRunsString(runs []asyncCalibRun) string {
+	s := make([]string, len(runs))
+	for i, r := range runs {
+		s[i] = fmt.Sprintf("%d epochs %.1f%%", r.Epochs, 100*r.TrainerBusy)
+	}
+	return strings.Join(s, ", ")
 }
 
 // pairSeedsString shows the pairs' seeds as "first-last" when they run one by one from the first, as one

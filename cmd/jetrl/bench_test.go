@@ -49,7 +49,7 @@ func benchWantPositive(t *testing.T, obj map[string]any, key string) float64 {
 // README documents, rates are positive and nothing trained beyond the staleness bound. No timing is asserted.
 func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	c := &benchAsyncCmd{
-		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, LR: 0.0035,
+		Tasks: []string{"db"}, Episodes: 16, Warmup: 1, GroupSize: 4, BatchSize: 8, Concurrency: 16, Eta: 2, Epochs: 0, CalEpochs: 1, CalBusy: 0.9, Recalibrate: true, LR: 0.0035,
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		MaxQueued: 1, Lead: 100 * time.Millisecond, Cut: 0.75, TurnStale: true, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
@@ -97,8 +97,33 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	if cal.ChosenEpochs != want || cal.Reached != (lr.TrainerBusy >= cal.TargetBusy) || cal.Plateau != (!cal.Reached && plateaued(cal.Runs)) {
 		t.Errorf("calibration chose %d epochs (reached %v, plateau %v) after %+v: want %d", cal.ChosenEpochs, cal.Reached, cal.Plateau, cal.Runs, want)
 	}
-	if res.Workload.Epochs != cal.ChosenEpochs || c.Epochs != 0 {
-		t.Errorf("workload epochs %d, flags' %d: want the chosen %d in the workload and the flag left at 0", res.Workload.Epochs, c.Epochs, cal.ChosenEpochs)
+	if c.Epochs != 0 || res.Pairs[0].Epochs != cal.ChosenEpochs || len(res.Pairs[0].Recalibration) != 0 {
+		t.Errorf("flags' epochs %d, first pair's %d after %d checks: want the flag left at 0 and the first pair at the chosen %d, unchecked",
+			c.Epochs, res.Pairs[0].Epochs, len(res.Pairs[0].Recalibration), cal.ChosenEpochs)
+	}
+	// --recalibrate (the default): the second pair's epochs were checked in one or two runs, starting at the
+	// first pair's, raised only when the trainer was under the calibration's recheckBelow busy.
+	if below := cal.RecalibrateBelow; below != cal.recheckBelow() || below > recalibrateBelow {
+		t.Errorf("recalibrate_below %v after the calibration %+v: want recheckBelow's %v, at most %v", below, cal.Runs, cal.recheckBelow(), recalibrateBelow)
+	}
+	rc := res.Pairs[1].Recalibration
+	if len(rc) == 0 || len(rc) > recalibrateRuns || rc[0].Epochs != res.Pairs[0].Epochs {
+		t.Fatalf("second pair's recalibration %+v: want 1 to %d runs, the first at the first pair's %d epochs", rc, recalibrateRuns, res.Pairs[0].Epochs)
+	}
+	wantEpochs := rc[0].Epochs
+	if rc[0].TrainerBusy < cal.RecalibrateBelow {
+		if len(rc) == 2 && rc[1].Epochs != nextEpochs(rc[0].Epochs, rc[0].TrainerBusy, cal.TargetBusy) {
+			t.Errorf("recalibration %+v: want the second run at the epochs nextEpochs gives", rc)
+		}
+		wantEpochs = chooseEpochs(rc)
+	} else if len(rc) != 1 {
+		t.Errorf("recalibration %+v: want no second run after one at least %v busy", rc, cal.RecalibrateBelow)
+	}
+	if res.Pairs[1].Epochs != wantEpochs || wantEpochs < res.Pairs[0].Epochs {
+		t.Errorf("second pair at %d epochs after the checks %+v: want %d, never fewer than the first pair's %d", res.Pairs[1].Epochs, rc, wantEpochs, res.Pairs[0].Epochs)
+	}
+	if wantWorkload := map[bool]int{true: cal.ChosenEpochs, false: 0}[wantEpochs == cal.ChosenEpochs]; res.Workload.Epochs != wantWorkload {
+		t.Errorf("workload epochs %d with pairs at %d and %d: want %d (0 when the pairs differ)", res.Workload.Epochs, res.Pairs[0].Epochs, res.Pairs[1].Epochs, wantWorkload)
 	}
 	if res.Workload.LeadMS != 100 || res.Workload.Cut != 0.75 {
 		t.Errorf("workload lead %v ms and cut %v, want the --lead of 100 ms and the --cut of 0.75", res.Workload.LeadMS, res.Workload.Cut)
@@ -119,6 +144,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	pairs, ok := out["pairs"].([]any)
 	if !ok || len(pairs) != c.Seeds {
 		t.Fatalf("pairs = %v, want one per seed (%d)", out["pairs"], c.Seeds)
+	}
+	if p1, _ := pairs[1].(map[string]any); p1 == nil || p1["recalibration"] == nil {
+		t.Errorf("JSON's second pair %v has no recalibration", pairs[1])
 	}
 	var meanSpeedup float64
 	for i, p := range res.Pairs {
@@ -212,7 +240,7 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 			t.Fatal(err)
 		}
 		r.Pairs = r.Pairs[i : i+1]
-		r.Workload.Seed = r.Pairs[0].Seed
+		r.Workload.Seed, r.Workload.Epochs = r.Pairs[0].Seed, r.Pairs[0].Epochs // a one-pair run's are its pair's
 		if err := r.summarize(); err != nil {
 			t.Fatal(err)
 		}
@@ -236,8 +264,9 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 		t.Errorf("pooled %+v\nwant the two-pair run's summary %+v", pooled, res)
 	}
 	if !reflect.DeepEqual(pooled.Workload.PooledFrom, []string{a, b}) || pooled.Workload.Calibration != nil || pooled.Workload.Epochs != res.Workload.Epochs ||
-		pooled.Pairs[0].Epochs != res.Workload.Epochs {
-		t.Errorf("pooled workload %+v, pair epochs %d: want both files named, no calibration, the run's %d epochs", pooled.Workload, pooled.Pairs[0].Epochs, res.Workload.Epochs)
+		pooled.Pairs[0].Epochs != res.Pairs[0].Epochs || pooled.Pairs[1].Epochs != res.Pairs[1].Epochs {
+		t.Errorf("pooled workload %+v, pair epochs %d and %d: want both files named, no calibration, the run's %d epochs (0 when its pairs differ) and each pair's own",
+			pooled.Workload, pooled.Pairs[0].Epochs, pooled.Pairs[1].Epochs, res.Workload.Epochs)
 	}
 	// A seed run twice is two pairs; the summary is over all three.
 	if p3, err := poolAsyncResults([]string{a, b, b}); err != nil || len(p3.Pairs) != 3 || p3.HeldOutDiffCI95 == nil {
@@ -247,7 +276,7 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 	c18 := write("c18.json", one(1, func(r *asyncBenchResult) {
 		r.Workload.Epochs, r.Pairs[0].Epochs = r.Workload.Epochs+2, r.Workload.Epochs+2
 	}))
-	if p, err := poolAsyncResults([]string{a, c18}); err != nil || p.Workload.Epochs != 0 || p.Pairs[1].Epochs != res.Workload.Epochs+2 {
+	if p, err := poolAsyncResults([]string{a, c18}); err != nil || p.Workload.Epochs != 0 || p.Pairs[1].Epochs != res.Pairs[1].Epochs+2 {
 		t.Errorf("pooling calibrated runs of other epochs: %v, workload epochs %v; want them pooled, the pair keeping its epochs", err, p)
 	}
 	for _, tc := range []struct {
