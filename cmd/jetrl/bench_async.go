@@ -199,19 +199,8 @@ type asyncCalibration struct {
 	Reached      bool            `json:"reached"`
 	Plateau      bool            `json:"plateau"`
 	// RecalibrateBelow (with --recalibrate) is the trainer busy fraction under which a pair's check
-	// raises the epochs (see recheckBelow).
+	// raises the epochs (recalibrateBelow).
 	RecalibrateBelow float64 `json:"recalibrate_below,omitempty"`
-}
-
-// recheckBelow is the trainer busy fraction under which a pair's check raises the epochs: recalibrateBelow,
-// or, after a calibration that levelled off lower, calibrateNearBusiest under its busiest run, which more
-// epochs did not make busier.
-func (cal *asyncCalibration) recheckBelow() float64 {
-	busiest := 0.0
-	for _, r := range cal.Runs {
-		busiest = max(busiest, r.TrainerBusy)
-	}
-	return min(recalibrateBelow, busiest-calibrateNearBusiest)
 }
 
 // asyncCalibRun is one calibration run.
@@ -374,7 +363,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
 		if c.Recalibrate {
-			cal.RecalibrateBelow = cal.recheckBelow()
+			cal.RecalibrateBelow = recalibrateBelow
 		}
 		c.Epochs, res.Workload.Calibration = cal.ChosenEpochs, cal
 	}
@@ -501,7 +490,8 @@ const (
 	calibrateRuns      = 5
 	calibrateMaxEpochs = 32
 	// A run less than calibratePlateauGain busier than the one before it with fewer epochs ends the
-	// calibration at a plateau.
+	// calibration at a plateau, if that one was at least calibrateMinBusy busy: lower, the machine's speed
+	// moving between two runs (by up to 1.4x in a minute) can make the one with more epochs the less busy.
 	calibratePlateauGain = 0.005
 	// At a plateau, or when the target was not reached, the fewest epochs within calibrateNearBusiest of
 	// the busiest run are chosen, but none under calibrateMinBusy (the trainer-busy target of the async
@@ -510,10 +500,11 @@ const (
 	calibrateMinBusy     = 0.95
 )
 
-// plateaued reports whether the last run was less than calibratePlateauGain busier than the one before.
+// plateaued reports whether the last run was less than calibratePlateauGain busier than the one before,
+// which was at least calibrateMinBusy busy.
 func plateaued(runs []asyncCalibRun) bool {
 	n := len(runs)
-	return n >= 2 && runs[n-1].TrainerBusy < runs[n-2].TrainerBusy+calibratePlateauGain
+	return n >= 2 && runs[n-2].TrainerBusy >= calibrateMinBusy && runs[n-1].TrainerBusy < runs[n-2].TrainerBusy+calibratePlateauGain
 }
 
 // chooseEpochs returns the fewest epochs of the runs within calibrateNearBusiest of the busiest and at
@@ -588,9 +579,9 @@ func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.L
 		UpdateSecondsPerBatch: r.TrainerUpdate * r.BatchSeconds, TrainerBusy: r.TrainerBusy}, nil
 }
 
-// recalibrateBelow is the trainer busy fraction under which a pair's check raises the epochs, at most. It is
-// below the calibration's target: between the two, more epochs gain little busy time (near the plateau)
-// and cost both modes speed.
+// recalibrateBelow is the trainer busy fraction under which a pair's check raises the epochs. It is below
+// the calibration's target: between the two, more epochs gain little busy time (near the plateau) and
+// cost both modes speed, and a check of 10 batches reads a few points either side of the pair's 90.
 const (
 	recalibrateBelow = 0.96
 	recalibrateRuns  = 2
@@ -598,7 +589,7 @@ const (
 
 // recalibrate checks e, the epochs of the pair before, in a calibration run before the next pair: the
 // trainer's work per batch is CPU time and the env's latencies are wall time, so when the machine has
-// sped up since the calibration the trainer waits for data. Under below busy (recheckBelow) it raises the
+// sped up since the calibration the trainer waits for data. Under below busy (recalibrateBelow) it raises the
 // epochs as the calibration does (nextEpochs, aimed at --calibration-busy) and runs again, at most
 // recalibrateRuns runs in all, and chooses as the calibration does (chooseEpochs) over them. The epochs
 // only rise: a trainer that is busy may have epochs to spare, but that takes runs at fewer epochs to tell.

@@ -102,9 +102,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 			c.Epochs, res.Pairs[0].Epochs, len(res.Pairs[0].Recalibration), cal.ChosenEpochs)
 	}
 	// --recalibrate (the default): the second pair's epochs were checked in one or two runs, starting at the
-	// first pair's, raised only when the trainer was under the calibration's recheckBelow busy.
-	if below := cal.RecalibrateBelow; below != cal.recheckBelow() || below > recalibrateBelow {
-		t.Errorf("recalibrate_below %v after the calibration %+v: want recheckBelow's %v, at most %v", below, cal.Runs, cal.recheckBelow(), recalibrateBelow)
+	// first pair's, raised only when the trainer was under recalibrateBelow busy.
+	if cal.RecalibrateBelow != recalibrateBelow {
+		t.Errorf("recalibrate_below %v, want %v", cal.RecalibrateBelow, recalibrateBelow)
 	}
 	rc := res.Pairs[1].Recalibration
 	if len(rc) == 0 || len(rc) > recalibrateRuns || rc[0].Epochs != res.Pairs[0].Epochs {
@@ -793,8 +793,11 @@ func TestCalibrationStopsAtAPlateau(t *testing.T) {
 		{"within a point, fewest", []asyncCalibRun{run(4, 0.70), run(8, 0.955), run(12, 0.962)}, false, 8},
 		{"beyond a point", []asyncCalibRun{run(4, 0.70), run(8, 0.94), run(12, 0.955)}, false, 12},
 		{"within a point but under 95%", []asyncCalibRun{run(4, 0.70), run(8, 0.945), run(12, 0.955)}, false, 12},
-		{"levelled under 95%", []asyncCalibRun{run(4, 0.70), run(16, 0.937), run(18, 0.940)}, true, 18},
-		{"fell under 95%", []asyncCalibRun{run(4, 0.70), run(16, 0.940), run(18, 0.938)}, true, 16},
+		// Under 95% a run with more epochs and no busier is the machine's speed moving, not a plateau:
+		// the calibration goes on (and, out of runs, takes the busiest).
+		{"levelled under 95%", []asyncCalibRun{run(4, 0.70), run(16, 0.937), run(18, 0.940)}, false, 18},
+		{"fell under 95%", []asyncCalibRun{run(4, 0.70), run(16, 0.940), run(18, 0.938)}, false, 16},
+		{"fell at 83%", []asyncCalibRun{run(4, 0.451), run(8, 0.834), run(11, 0.807)}, false, 8},
 	} {
 		if got := plateaued(tc.runs); got != tc.plateau {
 			t.Errorf("%s: plateaued %v, want %v", tc.name, got, tc.plateau)
