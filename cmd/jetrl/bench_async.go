@@ -374,7 +374,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		pc.Seed = c.Seed + uint64(i)
 		p := &asyncPair{Seed: pc.Seed}
 		if i > 0 && res.Workload.Calibration != nil && c.Recalibrate {
-			if p.Recalibration, epochs, err = c.recalibrate(ctx, epochs, res.Workload.Calibration.RecalibrateBelow, log, say); err != nil {
+			if p.Recalibration, epochs, err = c.recalibrate(ctx, epochs, log, say); err != nil {
 				return nil, fmt.Errorf("recalibration before seed %d: %w", pc.Seed, err)
 			}
 		}
@@ -589,11 +589,11 @@ const (
 
 // recalibrate checks e, the epochs of the pair before, in a calibration run before the next pair: the
 // trainer's work per batch is CPU time and the env's latencies are wall time, so when the machine has
-// sped up since the calibration the trainer waits for data. Under below busy (recalibrateBelow) it raises the
+// sped up since the calibration the trainer waits for data. Under recalibrateBelow busy it raises the
 // epochs as the calibration does (nextEpochs, aimed at --calibration-busy) and runs again, at most
 // recalibrateRuns runs in all, and chooses as the calibration does (chooseEpochs) over them. The epochs
 // only rise: a trainer that is busy may have epochs to spare, but that takes runs at fewer epochs to tell.
-func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, below float64, log zerolog.Logger, say func(string, ...any)) ([]asyncCalibRun, int, error) {
+func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, log zerolog.Logger, say func(string, ...any)) ([]asyncCalibRun, int, error) {
 	var runs []asyncCalibRun
 	for range recalibrateRuns {
 		r, err := c.calibrationRun(ctx, e, log, say)
@@ -601,7 +601,7 @@ func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, below float64, l
 			return runs, 0, err
 		}
 		runs = append(runs, r)
-		if r.TrainerBusy >= below {
+		if r.TrainerBusy >= recalibrateBelow {
 			return runs, e, nil
 		}
 		if e == calibrateMaxEpochs {
