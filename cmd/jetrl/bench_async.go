@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -70,12 +71,15 @@ type benchAsyncCmd struct {
 	Seed          uint64        `name:"seed" default:"1" help:"Seed of the policy, instances, latency draws and evaluation."`
 	Seeds         int           `name:"seeds" default:"1" help:"Pairs of runs (both modes each), with seeds --seed, --seed+1, ...; the summary is the mean over pairs."`
 	Timeout       time.Duration `name:"timeout" default:"30m" help:"Give up a mode after this long."`
-	JSON          bool          `name:"json" help:"Print one JSON object instead of a table."`
+	JSON          bool          `name:"json" help:"Print one JSON object instead of a table (progress still goes to stderr)."`
+	Quiet         bool          `name:"quiet" help:"No progress on stderr."`
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of both modes to this file (go tool pprof)."`
 	From          []string      `name:"from" type:"existingfile" help:"Instead of running, pool the pairs of these earlier runs' --json output (their workloads must agree but for the seed, and for the epochs when each run calibrated its own) and print their summary over all pairs."`
 	// policyBits, if set, shrinks the policy (log2 of its weights) for the smoke tests; not a flag.
 	policyBits int
+	// progress, if set, takes the progress lines instead of stderr (the smoke tests read them); not a flag.
+	progress io.Writer
 }
 
 // asyncBenchResult is what bench async-vs-sync prints with --json.
@@ -340,9 +344,14 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		return nil, err
 	}
 	say := func(format string, args ...any) {
-		if !c.JSON {
-			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		if c.Quiet {
+			return
 		}
+		w := c.progress
+		if w == nil {
+			w = os.Stderr
+		}
+		fmt.Fprintf(w, format+"\n", args...)
 	}
 	lat, err := env.NewLognormal(c.LatencyMedian, c.LatencyP99, c.Seed)
 	if err != nil {
@@ -390,6 +399,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			return nil, fmt.Errorf("synchronous mode, seed %d: %w", pc.Seed, err)
 		}
 		res.Pairs = append(res.Pairs, p)
+		say("%s", pairProgress(p))
 	}
 	if slices.ContainsFunc(res.Pairs, func(p *asyncPair) bool { return p.Epochs != c.Epochs }) {
 		res.Workload.Epochs = 0 // the pairs ran at their own epochs (--recalibrate)
@@ -813,4 +823,17 @@ func trialHeldOutString(t *trialResult) string {
 		parts[i] = fmt.Sprintf("%s %.0f%%", n, 100*t.HeldOut[n].Success)
 	}
 	return fmt.Sprintf("%.1f%% (%s)", 100*t.HeldOutSuccess, strings.Join(parts, ", "))
+}
+
+// pairProgress is the progress line of a finished pair: its figures as the table gives them, so a long
+// run shows them as it goes.
+func pairProgress(p *asyncPair) string {
+	speedup := 0.0
+	if p.Sync.EpisodesPerS > 0 {
+		speedup = p.Async.EpisodesPerS / p.Sync.EpisodesPerS
+	}
+	return fmt.Sprintf("seed %d: %d epochs, async %.1f vs sync %.1f trained episodes/s (%.2fx), trainer busy async %.1f%%, max staleness %d, %d stale drops, held-out %.1f%% vs %.1f%% (%+.1f)",
+		p.Seed, p.Epochs, p.Async.EpisodesPerS, p.Sync.EpisodesPerS, speedup, 100*p.Async.TrainerBusy,
+		max(p.Async.MaxStaleness, p.Sync.MaxStaleness), p.Async.DroppedStale,
+		100*p.Async.HeldOutSuccess, 100*p.Sync.HeldOutSuccess, 100*(p.Async.HeldOutSuccess-p.Sync.HeldOutSuccess))
 }

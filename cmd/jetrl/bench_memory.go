@@ -44,7 +44,8 @@ type benchMemoryCmd struct {
 	Seed        uint64        `name:"seed" default:"1" help:"Seed of the run (jetrl up --seed)."`
 	Bin         string        `name:"bin" type:"path" help:"Folder of the five service binaries (default: the folder of this jetrl executable)."`
 	Out         string        `name:"out" type:"path" help:"Folder to write samples.csv (as sampled), memory.json (the result and every sample) and each service's log to."`
-	JSON        bool          `name:"json" help:"Print one JSON object instead of a table."`
+	JSON        bool          `name:"json" help:"Print one JSON object instead of a table (progress still goes to stderr)."`
+	Quiet       bool          `name:"quiet" help:"No progress on stderr."`
 	LogLevel    string        `name:"log-level" default:"info" help:"Level of the services' logs, kept in files (the Go heap is read from the /metrics address logged at info)."`
 	StopTimeout time.Duration `name:"stop-timeout" default:"30s" help:"How long a service may take to stop after SIGINT before it is killed."`
 	From        string        `name:"from" type:"existingfile" help:"Summarise the samples of an earlier run's memory.json (--out) instead of running."`
@@ -165,7 +166,7 @@ func (c *benchMemoryCmd) window() time.Duration {
 }
 
 func (c *benchMemoryCmd) say(format string, args ...any) {
-	if !c.JSON {
+	if !c.Quiet {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	}
 }

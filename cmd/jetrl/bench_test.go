@@ -53,6 +53,8 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, EnvHosts: 1, EvalEpisodes: 4, Seed: 1, Seeds: 2,
 		MaxQueued: 1, Lead: 100 * time.Millisecond, Cut: 0.75, TurnStale: true, HeldOutPoints: 2, Timeout: 2 * time.Minute, JSON: true, LogLevel: "error", policyBits: 12,
 	}
+	var progress bytes.Buffer
+	c.progress = &progress
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +63,17 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	res, err := c.run(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// With --json the progress still comes, each pair's figures as it ends.
+	for _, p := range res.Pairs {
+		want := fmt.Sprintf("seed %d: %d epochs, async %.1f vs sync %.1f trained episodes/s (%.2fx), trainer busy async %.1f%%",
+			p.Seed, p.Epochs, p.Async.EpisodesPerS, p.Sync.EpisodesPerS, p.Speedup, 100*p.Async.TrainerBusy)
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
+	}
+	if !strings.Contains(progress.String(), "calibration: asynchronous, 1 epochs...") {
+		t.Errorf("progress lacks the calibration's first run:\n%s", progress.String())
 	}
 	out := benchJSON(t, res)
 	benchWantPositive(t, out, "sync_episodes_per_s")
