@@ -58,6 +58,7 @@ type benchAsyncCmd struct {
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
+	CalBatches    int64         `name:"calibration-batches" default:"0" help:"With --epochs 0: the batches each calibration and check run measures, centred on the window's middle (0: the whole window, measured as the asynchronous mode measures it, without the evaluation)."`
 	Recalibrate   bool          `name:"recalibrate" default:"true" negatable:"" help:"With --epochs 0: before each pair after the first, check the epochs in a short asynchronous run and raise them if the trainer was under 96% busy (the machine's speed moves; see README)."`
 	LR            float64       `name:"lr" default:"0.0035" help:"The trainer's Adam learning rate in both modes, whatever the epochs: the rate per step sets how fast both modes learn (README: 0.0015 learned slowly, 0.0067 stalled the asynchronous mode on kg)."`
 	LREpochs      int           `name:"lr-epochs" default:"0" help:"If above 0, the learning rate is instead the default rate 0.01 times this over the epochs, so each batch moves the policy about as far as this many epochs at 0.01 do."`
@@ -186,8 +187,8 @@ type asyncWorkload struct {
 // asyncCalibration is how the trainer's epochs were chosen. On two CPU cores the trainer's work per batch is
 // a free parameter of the workload (on GPUs it is the model's size), and the machine's speed moves it
 // against the env latencies, which are fixed: so it is set to the regime the benchmark is about, the one
-// where the asynchronous mode's trainer is the limit, as a GPU-bound trainer is. Short asynchronous runs
-// (calibrateBatches measured around the middle of the window, no evaluation) start at --calibration-epochs
+// where the asynchronous mode's trainer is the limit, as a GPU-bound trainer is. Asynchronous runs
+// (the window without the evaluation, or --calibration-batches around its middle) start at --calibration-epochs
 // and raise the epochs until the trainer is TargetBusy busy; the first epochs that reach it are chosen.
 // The trainer's busy fraction levels off below 100% (its version pushes and the wait for a batch's last
 // group remain), and on a fast machine below the target: when a run is no busier than the one before it
@@ -259,6 +260,9 @@ func (c *benchAsyncCmd) Validate() error {
 	}
 	if c.Epochs == 0 && (c.CalEpochs < 1 || c.CalEpochs > calibrateMaxEpochs || !(c.CalBusy > 0 && c.CalBusy < 1)) {
 		errs = append(errs, fmt.Errorf("--epochs 0 needs --calibration-epochs %d in [1, %d] and --calibration-busy %v in (0, 1)", c.CalEpochs, calibrateMaxEpochs, c.CalBusy))
+	}
+	if c.BatchSize > 0 && (c.CalBatches < 0 || c.CalBatches > c.Episodes/int64(c.BatchSize)) {
+		errs = append(errs, fmt.Errorf("--calibration-batches %d must be in [0, %d], the window's batches", c.CalBatches, c.Episodes/int64(c.BatchSize)))
 	}
 	if _, err := c.latency().StepLatency(); err != nil {
 		errs = append(errs, err)
@@ -491,12 +495,13 @@ func (res *asyncBenchResult) summarize() error {
 	return nil
 }
 
-// A calibration run measures calibrateBatches centred on the measured window's middle batch (see
-// calibrationWarmup): its episodes are then about as long as the window's on the mean (the untrained
-// policy's are longer, the trained one's shorter, and the update's time grows with the turns in a batch).
-// At most calibrateRuns runs; at most calibrateMaxEpochs epochs.
+// A calibration run measures the window as the asynchronous mode does (see calibrationWarmup). Batches
+// around the window's middle alone (--calibration-batches) have episodes about as long as the window's on
+// the mean (the untrained policy's are longer, the trained one's shorter, and the update's time grows with
+// the turns in a batch), but the busy fraction levels off near 100% while the episodes shorten: busy at the
+// middle read 98-100% where the whole window read 93-94% (README). At most calibrateRuns runs; at most
+// calibrateMaxEpochs epochs.
 const (
-	calibrateBatches   = 10
 	calibrateRuns      = 5
 	calibrateMaxEpochs = 32
 	// A run less than calibratePlateauGain busier than the one before it with fewer epochs ends the
@@ -569,14 +574,14 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 	return cal, nil
 }
 
-// calibrationRun is one short asynchronous run at e epochs: calibrateBatches measured around the window's
-// middle, no evaluation.
+// calibrationRun is one asynchronous run at e epochs without the evaluation: the window, or
+// --calibration-batches around its middle.
 func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.Logger, say func(string, ...any)) (asyncCalibRun, error) {
 	say("calibration: asynchronous, %d epochs...", e)
 	pc := *c
 	pc.Epochs = e
 	tc := pc.trial(c.Eta)
-	tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = c.calibrationWarmup(), calibrateBatches*int64(c.BatchSize), 0, 0
+	tc.WarmupBatches, tc.Episodes, tc.EvalEpisodes, tc.HeldOutPoints = c.calibrationWarmup(), c.calibrationEpisodes(), 0, 0
 	r, err := runTrial(ctx, tc, log)
 	if err != nil {
 		return asyncCalibRun{}, err
@@ -591,7 +596,7 @@ func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.L
 
 // recalibrateBelow is the trainer busy fraction under which a pair's check raises the epochs. It is below
 // the calibration's target: between the two, more epochs gain little busy time (near the plateau) and
-// cost both modes speed, and a check of 10 batches reads a few points either side of the pair's 90.
+// cost both modes speed, and a check reads a few points either side of the pair's own figure.
 const (
 	recalibrateBelow = 0.96
 	recalibrateRuns  = 2
@@ -633,11 +638,23 @@ func nextEpochs(e int, busy, target float64) int {
 	return min(max(next, step), 2*e, calibrateMaxEpochs)
 }
 
-// calibrationWarmup is the batches a calibration run trains before its calibrateBatches measured ones, so
-// that they are centred on the measured window's middle batch (--warmup plus half the window's batches).
+// calibrationWarmup is the batches a calibration run trains before the ones it measures: --warmup, as the
+// asynchronous mode, when it measures the whole window; with --calibration-batches, so many that they are
+// centred on the measured window's middle batch (--warmup plus half the window's batches).
 func (c *benchAsyncCmd) calibrationWarmup() int64 {
+	if c.CalBatches == 0 {
+		return c.Warmup
+	}
 	middle := c.Warmup + c.Episodes/int64(2*c.BatchSize)
-	return max(middle-calibrateBatches/2, 0)
+	return max(middle-c.CalBatches/2, 0)
+}
+
+// calibrationEpisodes is the episodes a calibration run measures: the window's, or --calibration-batches'.
+func (c *benchAsyncCmd) calibrationEpisodes() int64 {
+	if c.CalBatches == 0 {
+		return c.Episodes
+	}
+	return c.CalBatches * int64(c.BatchSize)
 }
 
 // pairedInterval returns the mean and sample std of paired differences and the two-sided 95% confidence

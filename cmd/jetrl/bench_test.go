@@ -97,9 +97,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	for i, r := range cal.Runs {
 		last := i == len(cal.Runs)-1
-		if r.Batches < 1 || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
+		if r.Batches < c.Episodes/int64(c.BatchSize) || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
 			(i > 0 && r.Epochs <= cal.Runs[i-1].Epochs) || (!last && r.TrainerBusy >= cal.TargetBusy) || (!last && plateaued(cal.Runs[:i+1])) {
-			t.Errorf("calibration run %d of %+v: want measured batches, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
+			t.Errorf("calibration run %d of %+v: want the window's batches measured, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
 		}
 	}
 	lr := cal.Runs[len(cal.Runs)-1]
@@ -431,15 +431,25 @@ func TestBenchFlagsValidate(t *testing.T) {
 		t.Fatalf("--lr-epochs -1: err = %v, want one that names --lr-epochs", err)
 	}
 	for _, tc := range []struct {
-		warmup, episodes int64
-		want             int64
-	}{{2, 23040, 42}, {2, 7680, 12}, {1, 16, 0}} {
-		cw := &benchAsyncCmd{Warmup: tc.warmup, Episodes: tc.episodes, BatchSize: 256}
+		warmup, episodes, batches int64
+		want, wantEpisodes        int64
+	}{{2, 23040, 10, 42, 2560}, {2, 7680, 10, 12, 2560}, {1, 16, 10, 0, 80}, {2, 23040, 0, 2, 23040}, {1, 16, 0, 1, 16}} {
+		cw := &benchAsyncCmd{Warmup: tc.warmup, Episodes: tc.episodes, BatchSize: 256, CalBatches: tc.batches}
 		if tc.episodes == 16 {
 			cw.BatchSize = 8
 		}
 		if got := cw.calibrationWarmup(); got != tc.want {
-			t.Errorf("calibration warm-up for --warmup %d --episodes %d: %d batches, want %d (the measured batches centred on the window's middle)", tc.warmup, tc.episodes, got, tc.want)
+			t.Errorf("calibration warm-up for --warmup %d --episodes %d --calibration-batches %d: %d batches, want %d (the window's warm-up, or the measured batches centred on the window's middle)", tc.warmup, tc.episodes, tc.batches, got, tc.want)
+		}
+		if got := cw.calibrationEpisodes(); got != tc.wantEpisodes {
+			t.Errorf("calibration episodes for --episodes %d --calibration-batches %d: %d, want %d", tc.episodes, tc.batches, got, tc.wantEpisodes)
+		}
+	}
+	for _, batches := range []int64{-1, 3} {
+		bb := &benchAsyncCmd{Tasks: []string{"db"}, Episodes: 16, GroupSize: 4, BatchSize: 8, Eta: 2, CalEpochs: 1, CalBusy: 0.9, LR: 0.0035, EnvHosts: 1,
+			LatencyMedian: time.Millisecond, LatencyP99: 10 * time.Millisecond, Seeds: 1, HeldOutPoints: 1, MaxQueued: 1, CalBatches: batches}
+		if err := bb.Validate(); err == nil || !strings.Contains(err.Error(), "--calibration-batches") {
+			t.Fatalf("--calibration-batches %d over a 2-batch window: err = %v, want one that names --calibration-batches", batches, err)
 		}
 	}
 	for _, points := range []int{0, 9} {
