@@ -55,11 +55,11 @@ type benchAsyncCmd struct {
 	Lead          time.Duration `name:"lead" default:"250ms" help:"The replay-buffer composes the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued, in both modes, so the trainer finds it waiting (0: off)."`
 	Cut           float64       `name:"cut" default:"0" help:"The replay-buffer takes a group still playing when the last batch that can take it is composed, without the members still playing, once this share of it has arrived, in both modes (0: off; the group then goes stale whole)."`
 	TurnStale     bool          `name:"turn-staleness" help:"Apply the staleness bound to each turn, by the version that produced it, in both modes (the synchronous mode's turns are all current): a late episode trains its turns within the bound, and its group's members with none count in the baseline only."`
-	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in short asynchronous calibration runs until the trainer is --calibration-busy busy)."`
+	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
 	CalBatches    int64         `name:"calibration-batches" default:"0" help:"With --epochs 0: the batches each calibration and check run measures, centred on the window's middle (0: the whole window, measured as the asynchronous mode measures it, without the evaluation)."`
-	Recalibrate   bool          `name:"recalibrate" default:"true" negatable:"" help:"With --epochs 0: before each pair after the first, check the epochs in a short asynchronous run and raise them if the trainer was under 96% busy (the machine's speed moves; see README)."`
+	Recalibrate   bool          `name:"recalibrate" default:"true" negatable:"" help:"With --epochs 0: before each pair after the first, check the epochs in an asynchronous run and raise them if the trainer was under 96% busy (the machine's speed moves; see README)."`
 	LR            float64       `name:"lr" default:"0.0035" help:"The trainer's Adam learning rate in both modes, whatever the epochs: the rate per step sets how fast both modes learn (README: 0.0015 learned slowly, 0.0067 stalled the asynchronous mode on kg)."`
 	LREpochs      int           `name:"lr-epochs" default:"0" help:"If above 0, the learning rate is instead the default rate 0.01 times this over the epochs, so each batch moves the policy about as far as this many epochs at 0.01 do."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
@@ -126,7 +126,7 @@ type asyncPair struct {
 	Seed uint64 `json:"seed"`
 	// Epochs are the trainer's PPO epochs per batch in this pair's runs.
 	Epochs int `json:"epochs"`
-	// Recalibration is the short asynchronous runs that checked the epochs before this pair (--recalibrate;
+	// Recalibration is the asynchronous runs that checked the epochs before this pair (--recalibrate;
 	// none before the first pair, which follows the calibration).
 	Recalibration []asyncCalibRun `json:"recalibration,omitempty"`
 	Speedup       float64         `json:"speedup"`
@@ -433,10 +433,7 @@ func (res *asyncBenchResult) summarize() error {
 		if p.Sync == nil || p.Async == nil {
 			return fmt.Errorf("seed %d: the pair lacks a mode's trial", p.Seed)
 		}
-		p.Speedup, p.HeldOutCurveSync, p.HeldOutCurveAsync = 0, nil, nil
-		if p.Sync.EpisodesPerS > 0 {
-			p.Speedup = p.Async.EpisodesPerS / p.Sync.EpisodesPerS
-		}
+		p.Speedup, p.HeldOutCurveSync, p.HeldOutCurveAsync = pairSpeedup(p), nil, nil
 		p.HeldOutSync, p.HeldOutAsync = p.Sync.HeldOutSuccess, p.Async.HeldOutSuccess
 		if cs, ca := curveMean(p.Sync), curveMean(p.Async); !math.IsNaN(cs) && !math.IsNaN(ca) {
 			p.HeldOutCurveSync, p.HeldOutCurveAsync = &cs, &ca
@@ -645,8 +642,7 @@ func (c *benchAsyncCmd) calibrationWarmup() int64 {
 	if c.CalBatches == 0 {
 		return c.Warmup
 	}
-	middle := c.Warmup + c.Episodes/int64(2*c.BatchSize)
-	return max(middle-c.CalBatches/2, 0)
+	return c.Warmup + c.Episodes/int64(2*c.BatchSize) - c.CalBatches/2 // at least --warmup: Validate bounds CalBatches by the window
 }
 
 // calibrationEpisodes is the episodes a calibration run measures: the window's, or --calibration-batches'.
@@ -845,12 +841,16 @@ func trialHeldOutString(t *trialResult) string {
 // pairProgress is the progress line of a finished pair: its figures as the table gives them, so a long
 // run shows them as it goes.
 func pairProgress(p *asyncPair) string {
-	speedup := 0.0
-	if p.Sync.EpisodesPerS > 0 {
-		speedup = p.Async.EpisodesPerS / p.Sync.EpisodesPerS
-	}
 	return fmt.Sprintf("seed %d: %d epochs, async %.1f vs sync %.1f trained episodes/s (%.2fx), trainer busy async %.1f%%, max staleness %d, %d stale drops, held-out %.1f%% vs %.1f%% (%+.1f)",
-		p.Seed, p.Epochs, p.Async.EpisodesPerS, p.Sync.EpisodesPerS, speedup, 100*p.Async.TrainerBusy,
+		p.Seed, p.Epochs, p.Async.EpisodesPerS, p.Sync.EpisodesPerS, pairSpeedup(p), 100*p.Async.TrainerBusy,
 		max(p.Async.MaxStaleness, p.Sync.MaxStaleness), p.Async.DroppedStale,
 		100*p.Async.HeldOutSuccess, 100*p.Sync.HeldOutSuccess, 100*(p.Async.HeldOutSuccess-p.Sync.HeldOutSuccess))
+}
+
+// pairSpeedup is a pair's asynchronous over synchronous trained episodes/s (0 without a synchronous rate).
+func pairSpeedup(p *asyncPair) float64 {
+	if p.Sync.EpisodesPerS > 0 {
+		return p.Async.EpisodesPerS / p.Sync.EpisodesPerS
+	}
+	return 0
 }

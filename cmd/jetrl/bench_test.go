@@ -433,9 +433,9 @@ func TestBenchFlagsValidate(t *testing.T) {
 	for _, tc := range []struct {
 		warmup, episodes, batches int64
 		want, wantEpisodes        int64
-	}{{2, 23040, 10, 42, 2560}, {2, 7680, 10, 12, 2560}, {1, 16, 10, 0, 80}, {2, 23040, 0, 2, 23040}, {1, 16, 0, 1, 16}} {
+	}{{2, 23040, 10, 42, 2560}, {2, 7680, 10, 12, 2560}, {1, 16, 1, 2, 8}, {1, 24, 3, 1, 24}, {2, 23040, 0, 2, 23040}, {1, 16, 0, 1, 16}} {
 		cw := &benchAsyncCmd{Warmup: tc.warmup, Episodes: tc.episodes, BatchSize: 256, CalBatches: tc.batches}
-		if tc.episodes == 16 {
+		if tc.episodes < 256 {
 			cw.BatchSize = 8
 		}
 		if got := cw.calibrationWarmup(); got != tc.want {
