@@ -208,8 +208,10 @@ type asyncCalibration struct {
 	RecalibrateBelow float64 `json:"recalibrate_below,omitempty"`
 }
 
-// asyncCalibRun is one calibration run.
+// asyncCalibRun is one calibration or check run.
 type asyncCalibRun struct {
+	// Seed is the run's: --seed for the calibration, the pair's own for a check before it.
+	Seed                  uint64  `json:"seed"`
 	Epochs                int     `json:"epochs"`
 	Batches               int64   `json:"batches"`
 	SecondsPerBatch       float64 `json:"seconds_per_batch"`
@@ -387,7 +389,9 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		pc.Seed = c.Seed + uint64(i)
 		p := &asyncPair{Seed: pc.Seed}
 		if i > 0 && res.Workload.Calibration != nil && c.Recalibrate {
-			if p.Recalibration, epochs, err = c.recalibrate(ctx, epochs, log, say); err != nil {
+			// On the pair's own seed: the instances, episode lengths and latency draws its asynchronous
+			// mode plays next, so the check differs from it only by the machine's speed.
+			if p.Recalibration, epochs, err = pc.recalibrate(ctx, epochs, log, say); err != nil {
 				return nil, fmt.Errorf("recalibration before seed %d: %w", pc.Seed, err)
 			}
 		}
@@ -574,7 +578,7 @@ func (c *benchAsyncCmd) calibrate(ctx context.Context, log zerolog.Logger, say f
 // calibrationRun is one asynchronous run at e epochs without the evaluation: the window, or
 // --calibration-batches around its middle.
 func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.Logger, say func(string, ...any)) (asyncCalibRun, error) {
-	say("calibration: asynchronous, %d epochs...", e)
+	say("calibration: asynchronous, seed %d, %d epochs...", c.Seed, e)
 	pc := *c
 	pc.Epochs = e
 	tc := pc.trial(c.Eta)
@@ -587,7 +591,7 @@ func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.L
 		return asyncCalibRun{}, fmt.Errorf("the run at %d epochs measured %d batches in %.2f s, the trainer %v busy", e, r.Batches, r.Seconds, r.TrainerBusy)
 	}
 	say("calibration: %d epochs: %.2f s per batch, trainer busy %.1f%%", e, r.BatchSeconds, 100*r.TrainerBusy)
-	return asyncCalibRun{Epochs: e, Batches: r.Batches, SecondsPerBatch: r.BatchSeconds,
+	return asyncCalibRun{Seed: c.Seed, Epochs: e, Batches: r.Batches, SecondsPerBatch: r.BatchSeconds,
 		UpdateSecondsPerBatch: r.TrainerUpdate * r.BatchSeconds, TrainerBusy: r.TrainerBusy}, nil
 }
 
@@ -599,7 +603,7 @@ const (
 	recalibrateRuns  = 2
 )
 
-// recalibrate checks e, the epochs of the pair before, in a calibration run before the next pair: the
+// recalibrate checks e, the epochs of the pair before, in a calibration run on c's seed (the next pair's): the
 // trainer's work per batch is CPU time and the env's latencies are wall time, so when the machine has
 // sped up since the calibration the trainer waits for data. Under recalibrateBelow busy it raises the
 // epochs as the calibration does (nextEpochs, aimed at --calibration-busy) and runs again, at most

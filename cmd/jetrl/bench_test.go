@@ -72,8 +72,11 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
 	}
-	if !strings.Contains(progress.String(), "calibration: asynchronous, 1 epochs...") {
-		t.Errorf("progress lacks the calibration's first run:\n%s", progress.String())
+	if want := fmt.Sprintf("calibration: asynchronous, seed %d, 1 epochs...", c.Seed); !strings.Contains(progress.String(), want) {
+		t.Errorf("progress lacks the calibration's first run %q:\n%s", want, progress.String())
+	}
+	if want := fmt.Sprintf("calibration: asynchronous, seed %d, %d epochs...", res.Pairs[1].Seed, res.Pairs[0].Epochs); !strings.Contains(progress.String(), want) {
+		t.Errorf("progress lacks the second pair's check %q:\n%s", want, progress.String())
 	}
 	out := benchJSON(t, res)
 	benchWantPositive(t, out, "sync_episodes_per_s")
@@ -97,9 +100,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	for i, r := range cal.Runs {
 		last := i == len(cal.Runs)-1
-		if r.Batches < c.Episodes/int64(c.BatchSize) || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
+		if r.Seed != c.Seed || r.Batches < c.Episodes/int64(c.BatchSize) || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
 			(i > 0 && r.Epochs <= cal.Runs[i-1].Epochs) || (!last && r.TrainerBusy >= cal.TargetBusy) || (!last && plateaued(cal.Runs[:i+1])) {
-			t.Errorf("calibration run %d of %+v: want the window's batches measured, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
+			t.Errorf("calibration run %d of %+v: want --seed's runs, the window's batches measured, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
 		}
 	}
 	lr := cal.Runs[len(cal.Runs)-1]
@@ -122,6 +125,11 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	rc := res.Pairs[1].Recalibration
 	if len(rc) == 0 || len(rc) > recalibrateRuns || rc[0].Epochs != res.Pairs[0].Epochs {
 		t.Fatalf("second pair's recalibration %+v: want 1 to %d runs, the first at the first pair's %d epochs", rc, recalibrateRuns, res.Pairs[0].Epochs)
+	}
+	for _, r := range rc {
+		if r.Seed != res.Pairs[1].Seed {
+			t.Errorf("second pair's check %+v: want it on the pair's seed %d", r, res.Pairs[1].Seed)
+		}
 	}
 	wantEpochs := rc[0].Epochs
 	if rc[0].TrainerBusy < cal.RecalibrateBelow {
