@@ -73,6 +73,11 @@ type trialResult struct {
 	// BatchSeconds is the window's time per batch; BusyPerBatch the trainer's time per batch in it.
 	BatchSeconds float64 `json:"batch_seconds"`
 	BusyPerBatch float64 `json:"trainer_seconds_per_batch"`
+	// TrainedTurns are the turns the window's batches trained; UpdatePace is the trainer's update time
+	// per trained turn and epoch, in microseconds: the machine's pace at the trainer's work, which the
+	// batches' sizes and the epochs do not move (0 when the window trained none).
+	TrainedTurns int64   `json:"trained_turns"`
+	UpdatePace   float64 `json:"update_us_per_turn_epoch"`
 	// EvalVersion is the policy version held-out success was measured with, after EpisodesTrained.
 	EvalVersion     int64   `json:"eval_version"`
 	EpisodesTrained int64   `json:"episodes_trained"`
@@ -136,6 +141,8 @@ type trialMark struct {
 	busy    float64
 	update  float64
 	turns   int64
+	// trainedTurns is the trainer's count of trained turns, read with busy and update.
+	trainedTurns int64
 }
 
 // runTrial starts an embedded server and the mesh, trains WarmupBatches batches, measures the next Episodes
@@ -190,6 +197,9 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 		for {
 			if s := m.Trainer.Stats(); s.Version >= version {
 				mk.busy, mk.update = s.BusySeconds, s.UpdateSeconds
+				for _, n := range s.TurnStaleness {
+					mk.trainedTurns += n
+				}
 				return mk, nil
 			}
 			select {
@@ -295,6 +305,9 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 		res.BatchSeconds, res.BusyPerBatch = secs/float64(res.Batches), (end.busy-start.busy)/float64(res.Batches)
 	}
 	res.EnvStepsPerS = float64(end.turns-start.turns) / secs
+	if res.TrainedTurns = end.trainedTurns - start.trainedTurns; res.TrainedTurns > 0 && tc.Mesh.Trainer.Epochs > 0 {
+		res.UpdatePace = 1e6 * (end.update - start.update) / float64(res.TrainedTurns*int64(tc.Mesh.Trainer.Epochs))
+	}
 	ts, bs := m.Trainer.Stats(), m.Buffer.Stats()
 	res.Staleness, res.TurnStaleness = ts.Staleness, ts.TurnStaleness
 	res.MaxStaleness = max(ts.MaxStaleness, bs.MaxStaleness)

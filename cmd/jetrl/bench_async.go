@@ -130,8 +130,12 @@ type asyncPair struct {
 	// none before the first pair, which follows the calibration).
 	Recalibration []asyncCalibRun `json:"recalibration,omitempty"`
 	Speedup       float64         `json:"speedup"`
-	HeldOutSync   float64         `json:"heldout_success_sync"`
-	HeldOutAsync  float64         `json:"heldout_success_async"`
+	// PaceRatio is the asynchronous mode's trainer update time per trained turn and epoch over the
+	// synchronous mode's (trialResult.UpdatePace): above 1 the machine ran the same work slower in the
+	// asynchronous mode, whose rate is the trainer's, than in the synchronous one (0 when a mode lacks it).
+	PaceRatio    float64 `json:"pace_ratio"`
+	HeldOutSync  float64 `json:"heldout_success_sync"`
+	HeldOutAsync float64 `json:"heldout_success_async"`
 	// HeldOutCurve* is each mode's held-out curve's mean over its points after the window's start (nil
 	// without a curve).
 	HeldOutCurveSync  *float64     `json:"heldout_curve_sync,omitempty"`
@@ -217,6 +221,8 @@ type asyncCalibRun struct {
 	SecondsPerBatch       float64 `json:"seconds_per_batch"`
 	UpdateSecondsPerBatch float64 `json:"update_seconds_per_batch"`
 	TrainerBusy           float64 `json:"trainer_busy"`
+	// UpdatePace is the trainer's update time per trained turn and epoch, µs (trialResult.UpdatePace).
+	UpdatePace float64 `json:"update_us_per_turn_epoch,omitempty"`
 }
 
 func (c *benchAsyncCmd) Validate() error {
@@ -437,7 +443,7 @@ func (res *asyncBenchResult) summarize() error {
 		if p.Sync == nil || p.Async == nil {
 			return fmt.Errorf("seed %d: the pair lacks a mode's trial", p.Seed)
 		}
-		p.Speedup, p.HeldOutCurveSync, p.HeldOutCurveAsync = pairSpeedup(p), nil, nil
+		p.Speedup, p.PaceRatio, p.HeldOutCurveSync, p.HeldOutCurveAsync = pairSpeedup(p), pairPaceRatio(p), nil, nil
 		p.HeldOutSync, p.HeldOutAsync = p.Sync.HeldOutSuccess, p.Async.HeldOutSuccess
 		if cs, ca := curveMean(p.Sync), curveMean(p.Async); !math.IsNaN(cs) && !math.IsNaN(ca) {
 			p.HeldOutCurveSync, p.HeldOutCurveAsync = &cs, &ca
@@ -590,9 +596,9 @@ func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.L
 	if r.Batches < 1 || r.Seconds <= 0 || !(r.TrainerBusy > 0) {
 		return asyncCalibRun{}, fmt.Errorf("the run at %d epochs measured %d batches in %.2f s, the trainer %v busy", e, r.Batches, r.Seconds, r.TrainerBusy)
 	}
-	say("calibration: %d epochs: %.2f s per batch, trainer busy %.1f%%", e, r.BatchSeconds, 100*r.TrainerBusy)
+	say("calibration: %d epochs: %.2f s per batch, trainer busy %.1f%%, update %.1f µs per trained turn and epoch", e, r.BatchSeconds, 100*r.TrainerBusy, r.UpdatePace)
 	return asyncCalibRun{Seed: c.Seed, Epochs: e, Batches: r.Batches, SecondsPerBatch: r.BatchSeconds,
-		UpdateSecondsPerBatch: r.TrainerUpdate * r.BatchSeconds, TrainerBusy: r.TrainerBusy}, nil
+		UpdateSecondsPerBatch: r.TrainerUpdate * r.BatchSeconds, TrainerBusy: r.TrainerBusy, UpdatePace: r.UpdatePace}, nil
 }
 
 // recalibrateBelow is the trainer busy fraction under which a pair's check raises the epochs. It is below
@@ -717,6 +723,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		_ = w.Flush()
 		fmt.Printf("speedup async/sync: %.2fx; held-out success after %d (sync) and %d (async) trained episodes: sync %.1f%%, async %.1f%%\n",
 			p.Speedup, p.Sync.EpisodesTrained, p.Async.EpisodesTrained, 100*p.HeldOutSync, 100*p.HeldOutAsync)
+		if p.PaceRatio > 0 {
+			fmt.Printf("trainer update per trained turn and epoch: sync %.1f µs (%d turns), async %.1f µs (%d turns), async/sync %.2f\n",
+				p.Sync.UpdatePace, p.Sync.TrainedTurns, p.Async.UpdatePace, p.Async.TrainedTurns, p.PaceRatio)
+		}
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; cut while playing: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.CutPlaying, p.Async.CutPlaying, p.Sync.InfraFailures, p.Async.InfraFailures)
 		if c.TurnStale {
@@ -739,15 +749,22 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 	}
 	diffs := make([]string, len(res.Pairs))
 	minSpeed, minBusy := math.Inf(1), math.Inf(1)
+	var paces []string
 	for i, p := range res.Pairs {
 		diffs[i] = fmt.Sprintf("%+.1f", 100*(p.HeldOutAsync-p.HeldOutSync))
 		minSpeed, minBusy = min(minSpeed, p.Speedup), min(minBusy, p.Async.TrainerBusy)
+		if p.PaceRatio > 0 {
+			paces = append(paces, fmt.Sprintf("%.2f", p.PaceRatio))
+		}
 	}
 	fmt.Printf("over %d pairs (seeds %s): speedup %.2fx (lowest %.2fx); trainer busy async %.1f%% (lowest %.1f%%); max staleness %d; "+
 		"held-out success sync %.1f ± %.1f%%, async %.1f ± %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
 		len(res.Pairs), pairSeedsString(res.Pairs), res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
 		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "),
 		100*res.HeldOutDiffMean, 100*res.HeldOutDiffCI95[0], 100*res.HeldOutDiffCI95[1]) // set with two pairs or more, as here
+	if len(paces) == len(res.Pairs) {
+		fmt.Printf("trainer update per trained turn and epoch, async/sync per pair (the machine's speed between the modes): %s\n", strings.Join(paces, ", "))
+	}
 	if tasks := slices.Sorted(maps.Keys(res.HeldOutByTaskSync)); len(tasks) > 0 {
 		parts := make([]string, len(tasks))
 		for i, t := range tasks {
@@ -848,7 +865,17 @@ func pairProgress(p *asyncPair) string {
 	return fmt.Sprintf("seed %d: %d epochs, async %.1f vs sync %.1f trained episodes/s (%.2fx), trainer busy async %.1f%%, max staleness %d, %d stale drops, held-out %.1f%% vs %.1f%% (%+.1f)",
 		p.Seed, p.Epochs, p.Async.EpisodesPerS, p.Sync.EpisodesPerS, pairSpeedup(p), 100*p.Async.TrainerBusy,
 		max(p.Async.MaxStaleness, p.Sync.MaxStaleness), p.Async.DroppedStale,
-		100*p.Async.HeldOutSuccess, 100*p.Sync.HeldOutSuccess, 100*(p.Async.HeldOutSuccess-p.Sync.HeldOutSuccess))
+		100*p.Async.HeldOutSuccess, 100*p.Sync.HeldOutSuccess, 100*(p.Async.HeldOutSuccess-p.Sync.HeldOutSuccess)) +
+		fmt.Sprintf(", trainer update per turn and epoch async/sync %.2f", pairPaceRatio(p))
+}
+
+// pairPaceRatio is a pair's asynchronous over synchronous trainer update time per trained turn and epoch
+// (0 without both).
+func pairPaceRatio(p *asyncPair) float64 {
+	if p.Async.UpdatePace > 0 && p.Sync.UpdatePace > 0 {
+		return p.Async.UpdatePace / p.Sync.UpdatePace
+	}
+	return 0
 }
 
 // pairSpeedup is a pair's asynchronous over synchronous trained episodes/s (0 without a synchronous rate).

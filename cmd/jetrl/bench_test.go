@@ -66,6 +66,21 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	// With --json the progress still comes, each pair's figures as it ends.
 	for _, p := range res.Pairs {
+		// Every trained episode has at least one turn; the pace is the window's update time over its turns
+		// and the pair's epochs.
+		for _, tr := range []*trialResult{p.Sync, p.Async} {
+			wantPace := 1e6 * tr.TrainerUpdate * tr.Seconds / float64(tr.TrainedTurns*int64(p.Epochs))
+			if tr.TrainedTurns < tr.Episodes || !(tr.UpdatePace > 0) || math.Abs(tr.UpdatePace-wantPace) > 1e-6*wantPace {
+				t.Errorf("seed %d: %d trained turns for %d episodes, update pace %v µs (want %v): want at least a turn per episode and the window's update time per turn and epoch",
+					p.Seed, tr.TrainedTurns, tr.Episodes, tr.UpdatePace, wantPace)
+			}
+		}
+		if p.PaceRatio != p.Async.UpdatePace/p.Sync.UpdatePace {
+			t.Errorf("seed %d: pace ratio %v, want async's %v over sync's %v", p.Seed, p.PaceRatio, p.Async.UpdatePace, p.Sync.UpdatePace)
+		}
+		if want := fmt.Sprintf("trainer update per turn and epoch async/sync %.2f", p.PaceRatio); !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
 		want := fmt.Sprintf("seed %d: %d epochs, async %.1f vs sync %.1f trained episodes/s (%.2fx), trainer busy async %.1f%%",
 			p.Seed, p.Epochs, p.Async.EpisodesPerS, p.Sync.EpisodesPerS, p.Speedup, 100*p.Async.TrainerBusy)
 		if !strings.Contains(progress.String(), want) {
@@ -100,9 +115,9 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 	}
 	for i, r := range cal.Runs {
 		last := i == len(cal.Runs)-1
-		if r.Seed != c.Seed || r.Batches < c.Episodes/int64(c.BatchSize) || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
+		if r.Seed != c.Seed || r.Batches < c.Episodes/int64(c.BatchSize) || !(r.SecondsPerBatch > 0) || !(r.TrainerBusy > 0) || !(r.UpdatePace > 0) || (i == 0 && r.Epochs != c.CalEpochs) ||
 			(i > 0 && r.Epochs <= cal.Runs[i-1].Epochs) || (!last && r.TrainerBusy >= cal.TargetBusy) || (!last && plateaued(cal.Runs[:i+1])) {
-			t.Errorf("calibration run %d of %+v: want --seed's runs, the window's batches measured, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
+			t.Errorf("calibration run %d of %+v: want --seed's runs, the window's batches measured with an update pace, rising epochs from %d, and runs below the target and rising until the last", i, cal.Runs, c.CalEpochs)
 		}
 	}
 	lr := cal.Runs[len(cal.Runs)-1]
