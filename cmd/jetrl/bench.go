@@ -75,7 +75,8 @@ type trialResult struct {
 	BusyPerBatch float64 `json:"trainer_seconds_per_batch"`
 	// TrainedTurns are the turns the window's batches trained; UpdatePace is the trainer's update time
 	// per trained turn and epoch, in microseconds: the machine's pace at the trainer's work, which the
-	// batches' sizes and the epochs do not move (0 when the window trained none).
+	// batches' sizes and the epochs do not move, and the turns' lengths move less (a later turn of a long
+	// episode costs more than an early one) (0 when the window trained none).
 	TrainedTurns int64   `json:"trained_turns"`
 	UpdatePace   float64 `json:"update_us_per_turn_epoch"`
 	// EvalVersion is the policy version held-out success was measured with, after EpisodesTrained.

@@ -131,8 +131,10 @@ type asyncPair struct {
 	Recalibration []asyncCalibRun `json:"recalibration,omitempty"`
 	Speedup       float64         `json:"speedup"`
 	// PaceRatio is the asynchronous mode's trainer update time per trained turn and epoch over the
-	// synchronous mode's (trialResult.UpdatePace): above 1 the machine ran the same work slower in the
-	// asynchronous mode, whose rate is the trainer's, than in the synchronous one (0 when a mode lacks it).
+	// synchronous mode's (trialResult.UpdatePace): well above its usual value, a little under 1 (the
+	// asynchronous mode trains fewer long episodes, whose later turns cost more), the machine ran the
+	// trainer slower in the asynchronous mode, whose rate is the trainer's, than in the synchronous one
+	// (0 when a mode lacks it).
 	PaceRatio    float64 `json:"pace_ratio"`
 	HeldOutSync  float64 `json:"heldout_success_sync"`
 	HeldOutAsync float64 `json:"heldout_success_async"`
