@@ -46,14 +46,16 @@ const (
 	commitParameters = `{"type":"object","properties":{"answer":{"type":"string","description":"The answer: for a question, the values as a comma-separated list (e.g. \"Alice Smith, Bruno Jones\" or \"42\"); after a change, anything (e.g. \"done\")."}},"required":["answer"]}`
 )
 
-// Family generates db instances. Its only state is a counter naming session databases, so one value
-// serves any number of goroutines.
+// Family generates db instances. Its state is a counter naming session databases and the images of
+// recent instances' databases (see imageCache), both safe for concurrent use, so one value serves any
+// number of goroutines.
 type Family struct {
 	sessions atomic.Uint64
+	images   *imageCache // nil in a zero Family: every session runs its setup script
 }
 
 // New returns the db family.
-func New() *Family { return &Family{} }
+func New() *Family { return &Family{images: newImageCache()} }
 
 // Name is "db".
 func (*Family) Name() string { return Name }
@@ -89,5 +91,6 @@ func (f *Family) New(split string, seed uint64) (task.Instance, error) {
 		return nil, err
 	}
 	g.dbName = dbName(split, seed, f.sessions.Add(1))
+	g.images = f.images
 	return g, nil
 }

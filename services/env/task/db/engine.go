@@ -41,8 +41,9 @@ type engine struct {
 }
 
 // openEngine opens a fresh in-memory database called name, runs the setup script (trusted SQL that
-// creates and fills the tables), then locks the connection down for agent statements.
-func openEngine(name, setup string) (*engine, error) {
+// creates and fills the tables), or copies its image from images when an earlier session ran it, then
+// locks the connection down for agent statements. images may be nil.
+func openEngine(name, setup string, images *imageCache) (*engine, error) {
 	// cache=private gives every connection its own database; the unique name keeps it that way even if
 	// a shared cache were ever turned on. _defensive forbids corrupting the schema through SQL.
 	db, err := sql.Open("sqlite", "file:"+name+"?mode=memory&cache=private&_defensive=1")
@@ -61,17 +62,40 @@ func openEngine(name, setup string) (*engine, error) {
 		return nil, err
 	}
 	e := &engine{db: db, conn: conn, timeout: stmtTimeout}
-	if err := e.setup(ctx, setup); err != nil {
+	if err := e.setup(ctx, setup, images); err != nil {
 		e.close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *engine) setup(ctx context.Context, script string) error {
+// imageConn is what the driver's connection offers to copy a database's pages in and out
+// (sqlite3_serialize and sqlite3_deserialize).
+type imageConn interface {
+	Serialize() ([]byte, error)
+	Deserialize([]byte) error
+}
+
+func (e *engine) setup(ctx context.Context, script string, images *imageCache) error {
+	img := images.get(script)
+	if img != nil {
+		// The driver copies the image into the database's own memory: the session's changes stay its own.
+		if err := e.raw(func(c imageConn) error { return c.Deserialize(img) }); err != nil {
+			return fmt.Errorf("db: loading the session database's image: %w", err)
+		}
+		script = ""
+	}
+	// After the image: the page bound belongs to the database the connection has now.
 	pragmas := fmt.Sprintf("PRAGMA temp_store = MEMORY; PRAGMA max_page_count = %d;", maxPages)
 	if _, err := e.conn.ExecContext(ctx, pragmas+script); err != nil {
 		return fmt.Errorf("db: setting up the session database: %w", err)
+	}
+	if img == nil && images != nil {
+		var fresh []byte
+		if err := e.raw(func(c imageConn) (err error) { fresh, err = c.Serialize(); return err }); err != nil {
+			return fmt.Errorf("db: keeping the session database's image: %w", err)
+		}
+		images.put(script, fresh)
 	}
 	for _, l := range []struct{ id, v int }{
 		{sqlite3.SQLITE_LIMIT_LENGTH, maxValueLen},
@@ -88,6 +112,17 @@ func (e *engine) setup(ctx context.Context, script string) error {
 			return fmt.Errorf("db: driver connection %T has no authorizer", dc)
 		}
 		return r.RegisterAuthorizer(authorize)
+	})
+}
+
+// raw calls f with the driver's connection.
+func (e *engine) raw(f func(imageConn) error) error {
+	return e.conn.Raw(func(dc any) error {
+		c, ok := dc.(imageConn)
+		if !ok {
+			return fmt.Errorf("db: driver connection %T cannot serialize", dc)
+		}
+		return f(c)
 	})
 }
 

@@ -33,6 +33,7 @@ type game struct {
 	observation string
 	opening     task.Opening
 	dbName      string
+	images      *imageCache // the family's, shared by every instance it made
 
 	explores   []string // per table, the statement that shows its columns and first rows
 	statements []string // the goal's right and wrong statements, in display order
@@ -139,7 +140,7 @@ func (g *game) execute(call proto.ToolCall) task.Result {
 		return g.running("Error: "+err.Error(), "invalid_call")
 	}
 	if g.eng == nil && !g.closed {
-		eng, err := openEngine(g.dbName, setupSQL(g.tables))
+		eng, err := openEngine(g.dbName, setupSQL(g.tables), g.images)
 		if err != nil {
 			return g.running("Error: the database could not be opened: "+err.Error(), "sql_error")
 		}

@@ -152,9 +152,25 @@ func TestAnswerArg(t *testing.T) {
 	}
 }
 
+const sandboxSetup = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER);\n" +
+	"INSERT INTO t VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 30);"
+
+// TestEngineSandbox runs agent SQL on an engine that ran its setup script and on one opened from the
+// image the first kept: the bounds hold on both.
 func TestEngineSandbox(t *testing.T) {
-	e, err := openEngine("sandbox-"+t.Name(), "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER);\n"+
-		"INSERT INTO t VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 30);")
+	images := newImageCache()
+	for i, from := range []string{"script", "image"} {
+		t.Run(from, func(t *testing.T) {
+			testEngineSandbox(t, images)
+			if kept, hits, misses := images.stats(); kept != 1 || hits != uint64(i) || misses != 1 {
+				t.Errorf("images: %d kept, %d hits, %d misses; want 1, %d, 1", kept, hits, misses, i)
+			}
+		})
+	}
+}
+
+func testEngineSandbox(t *testing.T, images *imageCache) {
+	e, err := openEngine("sandbox-"+strings.ReplaceAll(t.Name(), "/", "-"), sandboxSetup, images)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +194,8 @@ func TestEngineSandbox(t *testing.T) {
 		{"SELECT zeroblob(10000000)", "", "too big"},
 		{"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", "", "interrupted"},
 		{"SELECT 1; DROP TABLE t", "", "one statement"},
+		{"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 40000) INSERT INTO t (name) SELECT hex(randomblob(200)) FROM c", "", "full"},
+		{"SELECT count(*), sum(n) FROM t", "count(*) | sum(n)\n3 | 62\n(1 row)", ""},
 	} {
 		res, err := e.run(tc.sql)
 		switch {
@@ -319,6 +337,54 @@ func TestGoals(t *testing.T) {
 	t.Logf("goal kinds: %v", kinds)
 }
 
+// TestImageIsolation: sessions of one instance open its database from the first's image, and what one
+// changes no other sees, before or after.
+func TestImageIsolation(t *testing.T) {
+	f := New()
+	var seed uint64
+	for ; ; seed++ {
+		if newGame(t, proto.SplitTrain, seed).goal.kind.mutation() {
+			break
+		}
+	}
+	play := func() *game {
+		inst, err := f.New(proto.SplitTrain, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inst.(*game)
+	}
+	first, second := play(), play()
+	first.Step(first.Solve()) // opens the database: a miss, its image kept
+	second.Step(sqlCall("SELECT 1"))
+	if kept, hits, misses := f.images.stats(); kept != 1 || hits != 1 || misses != 1 {
+		t.Fatalf("images: %d kept, %d hits, %d misses; want 1, 1, 1", kept, hits, misses)
+	}
+	for !first.done {
+		first.Step(first.Solve())
+	}
+	if first.final.Reward != 1 {
+		t.Fatalf("the solver's change did not win: %+v", first.final)
+	}
+	tbl := second.tables[second.goal.table]
+	want := digest(tbl.theme, tbl.rows, nil)
+	if h, err := second.eng.tableHash(tbl.theme.table); err != nil || h != want {
+		t.Fatalf("the second session sees the first's change: digest %s (%v), generated %s", h, err, want)
+	}
+	for !second.done {
+		second.Step(second.Solve())
+	}
+	third := play()
+	third.Step(sqlCall("SELECT 1"))
+	if h, err := third.eng.tableHash(tbl.theme.table); err != nil || h != want {
+		t.Fatalf("a later session sees an earlier one's change: digest %s (%v), generated %s", h, err, want)
+	}
+	third.Close()
+	if second.final.Reward != 1 {
+		t.Fatalf("the second session, opened from the image, did not win: %+v", second.final)
+	}
+}
+
 // TestEngineAgreesWithGoals runs each goal's statements on the real engine: the right query returns the
 // expected answer, the right change produces the expected digest, and the untouched table has the
 // generated digest.
@@ -327,7 +393,7 @@ func TestEngineAgreesWithGoals(t *testing.T) {
 		g := newGame(t, proto.SplitTrain, seed)
 		gl := g.goal
 		tbl := g.tables[gl.table]
-		e, err := openEngine(g.dbName, setupSQL(g.tables))
+		e, err := openEngine(g.dbName, setupSQL(g.tables), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -531,5 +597,34 @@ func TestDatabaseLifetime(t *testing.T) {
 	}
 	if r := g.Step(g.Solve()); r.Done || !strings.Contains(r.Observation, "closed") {
 		t.Fatalf("statement after Close: %+v", r)
+	}
+}
+
+// BenchmarkOpenEngine opens an instance's database by running its setup script and by copying the image
+// an earlier session of the instance kept.
+func BenchmarkOpenEngine(b *testing.B) {
+	g := newGame(b, proto.SplitTrain, 1)
+	setup := setupSQL(g.tables)
+	for _, from := range []string{"script", "image"} {
+		b.Run(from, func(b *testing.B) {
+			var images *imageCache
+			if from == "image" {
+				images = newImageCache()
+				e, err := openEngine("bench-first", setup, images)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e.close()
+			}
+			n := 0
+			for b.Loop() {
+				n++
+				e, err := openEngine(fmt.Sprintf("bench-%s-%d", from, n), setup, images)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e.close()
+			}
+		})
 	}
 }
