@@ -5,10 +5,11 @@ import (
 )
 
 // imageCacheSize is how many instances' database images a family keeps. A group's G sessions play one
-// instance and start together, so the images of the groups in play stay while older ones make room. An
-// image is two or three 4 KiB pages (10 KiB on average over 200 instances), its key the setup script
-// 1.8 KiB on average: about 6 MiB when full.
-const imageCacheSize = 512
+// instance and open their databases within a few turns of each other, so an image is needed only until
+// the group's last session has opened: 128 covers 128 db groups starting at once on one host. An image
+// is two or three 4 KiB pages (10 KiB on average over 200 instances), its key the setup script (1.8 KiB
+// on average): about 1.5 MiB when full.
+const imageCacheSize = 128
 
 // imageCache keeps the serialized database of recently opened instances, keyed by their setup script:
 // every session after an instance's first opens its database by copying the image's pages instead of
