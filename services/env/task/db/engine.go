@@ -77,7 +77,7 @@ type imageConn interface {
 }
 
 func (e *engine) setup(ctx context.Context, script string, images *imageCache) error {
-	img := images.get(script)
+	img, _ := images.Get(script)
 	if img != nil {
 		// The driver copies the image into the database's own memory: the session's changes stay its own.
 		if err := e.raw(func(c imageConn) error { return c.Deserialize(img) }); err != nil {
@@ -95,7 +95,9 @@ func (e *engine) setup(ctx context.Context, script string, images *imageCache) e
 		if err := e.raw(func(c imageConn) (err error) { fresh, err = c.Serialize(); return err }); err != nil {
 			return fmt.Errorf("db: keeping the session database's image: %w", err)
 		}
-		images.put(script, fresh)
+		if len(fresh) > 0 {
+			images.Put(script, fresh)
+		}
 	}
 	for _, l := range []struct{ id, v int }{
 		{sqlite3.SQLITE_LIMIT_LENGTH, maxValueLen},

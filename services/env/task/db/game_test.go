@@ -158,11 +158,11 @@ const sandboxSetup = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEG
 // TestEngineSandbox runs agent SQL on an engine that ran its setup script and on one opened from the
 // image the first kept: the bounds hold on both.
 func TestEngineSandbox(t *testing.T) {
-	images := newImageCache()
+	images := task.NewRecent[string, []byte](imagesKept)
 	for i, from := range []string{"script", "image"} {
 		t.Run(from, func(t *testing.T) {
 			testEngineSandbox(t, images)
-			if kept, hits, misses := images.stats(); kept != 1 || hits != uint64(i) || misses != 1 {
+			if kept, hits, misses := images.Stats(); kept != 1 || hits != uint64(i) || misses != 1 {
 				t.Errorf("images: %d kept, %d hits, %d misses; want 1, %d, 1", kept, hits, misses, i)
 			}
 		})
@@ -357,7 +357,7 @@ func TestImageIsolation(t *testing.T) {
 	first, second := play(), play()
 	first.Step(first.Solve()) // opens the database: a miss, its image kept
 	second.Step(sqlCall("SELECT 1"))
-	if kept, hits, misses := f.images.stats(); kept != 1 || hits != 1 || misses != 1 {
+	if kept, hits, misses := f.images.Stats(); kept != 1 || hits != 1 || misses != 1 {
 		t.Fatalf("images: %d kept, %d hits, %d misses; want 1, 1, 1", kept, hits, misses)
 	}
 	for !first.done {
@@ -609,7 +609,7 @@ func BenchmarkOpenEngine(b *testing.B) {
 		b.Run(from, func(b *testing.B) {
 			var images *imageCache
 			if from == "image" {
-				images = newImageCache()
+				images = task.NewRecent[string, []byte](imagesKept)
 				e, err := openEngine("bench-first", setup, images)
 				if err != nil {
 					b.Fatal(err)

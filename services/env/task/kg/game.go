@@ -46,6 +46,13 @@ func newGame(g *graph, q question) *game {
 	return gm
 }
 
+// fresh returns a new game of gm's instance, as generated: it shares the graph, the question, the gold
+// answer and the opening, which play only reads (every value a call computes is a new set), and has
+// its own variables, revealed relations and attributes, and end.
+func (gm *game) fresh() *game {
+	return &game{s: gm.s, g: gm.g, q: gm.q, gold: gm.gold, rels: map[string][]string{}, attrs: map[string]bool{}, opening: gm.opening}
+}
+
 // run evaluates a program and returns its last result.
 func (gm *game) run(prog []step) value {
 	vals := make([]value, len(prog))

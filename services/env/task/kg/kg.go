@@ -85,14 +85,28 @@ func toolSpecs() []toolSpec {
 	}
 }
 
-// Family generates kg instances. Its schema is read-only after New, so one value serves any number of
-// goroutines.
+// gamesKept is how many generated instances a family keeps for the later sessions of their groups.
+const gamesKept = 128
+
+// instanceKey names an instance.
+type instanceKey struct {
+	split string
+	seed  uint64
+}
+
+// Family generates kg instances. Its schema is read-only after New and its recent instances are kept
+// under a lock, so one value serves any number of goroutines.
 type Family struct {
 	schema *schema
+	// recent keeps freshly generated games, never played: a session of an instance generated lately
+	// plays a game that shares its graph, question and answer (see game.fresh).
+	recent *task.Recent[instanceKey, *game]
 }
 
 // New returns the kg family.
-func New() *Family { return &Family{schema: newSchema()} }
+func New() *Family {
+	return &Family{schema: newSchema(), recent: task.NewRecent[instanceKey, *game](gamesKept)}
+}
 
 // Name is "kg".
 func (*Family) Name() string { return Name }
@@ -115,5 +129,14 @@ func (f *Family) New(split string, seed uint64) (task.Instance, error) {
 	if err := task.ValidSplit(split); err != nil {
 		return nil, err
 	}
-	return generate(f.schema, split, seed)
+	k := instanceKey{split, seed}
+	if gm, ok := f.recent.Get(k); ok {
+		return gm.fresh(), nil
+	}
+	gm, err := generate(f.schema, split, seed)
+	if err != nil {
+		return nil, err
+	}
+	f.recent.Put(k, gm)
+	return gm.fresh(), nil
 }

@@ -1,0 +1,46 @@
+package task
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func TestRecent(t *testing.T) {
+	r := NewRecent[string, int](3)
+	for i := range 5 {
+		r.Put(fmt.Sprint(i), i)
+	}
+	r.Put("4", 40) // kept already: unchanged
+	for i := range 5 {
+		v, ok := r.Get(fmt.Sprint(i))
+		if want := i >= 2; ok != want || (ok && v != i) {
+			t.Errorf("Get(%d) = %d, %v; want %d, %v", i, v, ok, i, want)
+		}
+	}
+	if kept, hits, misses := r.Stats(); kept != 3 || hits != 3 || misses != 2 {
+		t.Errorf("Stats() = %d, %d, %d; want 3, 3, 2", kept, hits, misses)
+	}
+
+	var none *Recent[string, int]
+	none.Put("a", 1)
+	if v, ok := none.Get("a"); ok || v != 0 {
+		t.Errorf("a nil Recent returned %d, %v", v, ok)
+	}
+
+	// Concurrent use (meaningful under -race): the bound holds.
+	c := NewRecent[int, int](16)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				c.Put(i%40, g)
+				c.Get((i + g) % 40)
+			}
+		})
+	}
+	wg.Wait()
+	if kept, hits, misses := c.Stats(); kept != 16 || hits+misses != 8*200 {
+		t.Errorf("after concurrent use: %d kept, %d lookups; want 16, 1600", kept, hits+misses)
+	}
+}
