@@ -46,8 +46,8 @@ const (
 	commitParameters = `{"type":"object","properties":{"answer":{"type":"string","description":"The answer: for a question, the values as a comma-separated list (e.g. \"Alice Smith, Bruno Jones\" or \"42\"); after a change, anything (e.g. \"done\")."}},"required":["answer"]}`
 )
 
-// imagesKept is how many instances' database images a family keeps: 128 covers 128 db groups opening at
-// once on one host. An image is two or three 4 KiB pages (10 KiB on average over 200 instances), its key
+// imagesKept is how many instances a family keeps, generated and as database images: 128 covers 128 db
+// groups starting at once on one host. An image is two or three 4 KiB pages (10 KiB on average over 200 instances), its key
 // the setup script (1.8 KiB on average): about 1.5 MiB when full.
 const imagesKept = 128
 
@@ -62,10 +62,21 @@ type imageCache = task.Recent[string, []byte]
 type Family struct {
 	sessions atomic.Uint64
 	images   *imageCache // nil in a zero Family: every session runs its setup script
+	// recent keeps freshly generated games, never played: a session of an instance generated lately
+	// plays a game that shares its tables, goal and statements (see game.fresh).
+	recent *task.Recent[instanceKey, *game]
+}
+
+// instanceKey names an instance.
+type instanceKey struct {
+	split string
+	seed  uint64
 }
 
 // New returns the db family.
-func New() *Family { return &Family{images: task.NewRecent[string, []byte](imagesKept)} }
+func New() *Family {
+	return &Family{images: task.NewRecent[string, []byte](imagesKept), recent: task.NewRecent[instanceKey, *game](imagesKept)}
+}
 
 // Name is "db".
 func (*Family) Name() string { return Name }
@@ -96,10 +107,16 @@ func (f *Family) New(split string, seed uint64) (task.Instance, error) {
 	if err := task.ValidSplit(split); err != nil {
 		return nil, err
 	}
-	g, err := generate(split, seed)
-	if err != nil {
-		return nil, err
+	k := instanceKey{split, seed}
+	kept, ok := f.recent.Get(k)
+	if !ok {
+		var err error
+		if kept, err = generate(split, seed); err != nil {
+			return nil, err
+		}
+		f.recent.Put(k, kept)
 	}
+	g := kept.fresh()
 	g.dbName = dbName(split, seed, f.sessions.Add(1))
 	g.images = f.images
 	return g, nil

@@ -55,6 +55,15 @@ type game struct {
 	final        task.Result
 }
 
+// fresh returns a new game of g's instance, as generated, without its database: it shares the tables,
+// goal, texts and statements, which play only reads (the data changes in the session's own database),
+// and has its own state of play.
+func (g *game) fresh() *game {
+	return &game{tables: g.tables, goal: g.goal, instruction: g.instruction, observation: g.observation,
+		opening: g.opening, explores: g.explores, statements: g.statements, normRight: g.normRight,
+		normFirst: g.normFirst, normExpl: g.normExpl, explored: make([]bool, len(g.tables))}
+}
+
 // finish lays out the statements and the opening once the draw is kept.
 func (g *game) finish(rng *rand.Rand) {
 	for _, t := range g.tables {

@@ -3,6 +3,7 @@ package db
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -626,5 +627,55 @@ func BenchmarkOpenEngine(b *testing.B) {
 				e.close()
 			}
 		})
+	}
+}
+
+// TestRecentInstances: the sessions of an instance after its first play games that share the first's
+// generated tables and statements, each with its own database; each plays exactly as a freshly
+// generated game does, while the others play different calls between its steps.
+func TestRecentInstances(t *testing.T) {
+	const seeds, sessions = 12, 3
+	f := New()
+	for seed := range uint64(seeds) {
+		games, refs := make([]*game, sessions), make([]*game, sessions)
+		adm, refAdm := make([][]proto.ToolCall, sessions), make([][]proto.ToolCall, sessions)
+		for k := range sessions {
+			inst, err := f.New(proto.SplitTrain, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			games[k] = inst.(*game)
+			refs[k] = newGame(t, proto.SplitTrain, seed) // generated anew, never kept
+			refs[k].dbName += fmt.Sprint("-", k)
+			adm[k], refAdm[k] = games[k].Start().Admissible, refs[k].Start().Admissible
+		}
+		if &games[0].tables[0] != &games[1].tables[0] {
+			t.Fatalf("seed %d: the sessions do not share the instance's tables", seed)
+		}
+		rng := rand.New(rand.NewPCG(seed, 7))
+		for turn := 0; turn < MaxTurns; turn++ {
+			for k := range sessions {
+				if games[k].done {
+					continue
+				}
+				if !slices.Equal(adm[k], refAdm[k]) {
+					t.Fatalf("seed %d session %d turn %d: admissible %v, freshly generated %v", seed, k, turn, adm[k], refAdm[k])
+				}
+				call := adm[k][rng.IntN(len(adm[k]))]
+				r, want := games[k].Step(call), refs[k].Step(call)
+				if r.Observation != want.Observation || r.Done != want.Done || r.Reward != want.Reward {
+					t.Fatalf("seed %d session %d turn %d %s: %q (done %v, reward %v), freshly generated %q (%v, %v)",
+						seed, k, turn, call.Text(), r.Observation, r.Done, r.Reward, want.Observation, want.Done, want.Reward)
+				}
+				adm[k], refAdm[k] = r.Admissible, want.Admissible
+			}
+		}
+		for k := range sessions {
+			games[k].Close()
+			refs[k].Close()
+		}
+	}
+	if kept, hits, misses := f.recent.Stats(); kept != seeds || hits != seeds*(sessions-1) || misses != seeds {
+		t.Errorf("recent: %d kept, %d hits, %d misses; want %d, %d, %d", kept, hits, misses, seeds, seeds*(sessions-1), seeds)
 	}
 }
