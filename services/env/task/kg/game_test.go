@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env/task/tasktest"
 )
 
 // tiny builds a hand-made graph: two films, three people, two cities, one company, one country.
@@ -493,46 +494,16 @@ func FuzzStep(f *testing.F) {
 	})
 }
 
-// TestRecentInstances: the sessions of an instance after its first play games that share the first's
-// generated graph, question and answer; each plays exactly as a freshly generated game does, while the
-// others play different calls between its steps.
+// TestRecentInstances: the sessions of an instance after its first share its generated graph; the
+// conformance suite's Determinism check plays two sessions of an instance one after the other and
+// requires the same results, so what one session does shows in no other.
 func TestRecentInstances(t *testing.T) {
 	const seeds, sessions = 20, 3
 	f := New()
-	for seed := range uint64(seeds) {
-		games, refs := make([]*game, sessions), make([]*game, sessions)
-		adm, refAdm := make([][]proto.ToolCall, sessions), make([][]proto.ToolCall, sessions)
-		for k := range sessions {
-			inst, err := f.New(proto.SplitTrain, seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			games[k] = inst.(*game)
-			if refs[k], err = generate(f.schema, proto.SplitTrain, seed); err != nil { // never kept
-				t.Fatal(err)
-			}
-			adm[k], refAdm[k] = games[k].Start().Admissible, refs[k].Start().Admissible
-		}
-		if games[0].g != games[1].g || games[0].g == refs[0].g {
+	for seed, insts := range tasktest.Sessions(t, f, seeds, sessions) {
+		a, b := insts[0].(*game), insts[sessions-1].(*game)
+		if a.g != b.g || a == b {
 			t.Fatalf("seed %d: the sessions do not share the instance's graph", seed)
-		}
-		rng := rand.New(rand.NewPCG(seed, 7))
-		for turn := 0; turn < MaxTurns; turn++ {
-			for k := range sessions {
-				if games[k].done {
-					continue
-				}
-				if !slices.Equal(adm[k], refAdm[k]) {
-					t.Fatalf("seed %d session %d turn %d: admissible %v, freshly generated %v", seed, k, turn, adm[k], refAdm[k])
-				}
-				call := adm[k][rng.IntN(len(adm[k]))]
-				r, want := games[k].Step(call), refs[k].Step(call)
-				if r.Observation != want.Observation || r.Done != want.Done || r.Reward != want.Reward {
-					t.Fatalf("seed %d session %d turn %d %s: %q (done %v, reward %v), freshly generated %q (%v, %v)",
-						seed, k, turn, call.Text(), r.Observation, r.Done, r.Reward, want.Observation, want.Done, want.Reward)
-				}
-				adm[k], refAdm[k] = r.Admissible, want.Admissible
-			}
 		}
 	}
 	if kept, hits, misses := f.recent.Stats(); kept != seeds || hits != seeds*(sessions-1) || misses != seeds {

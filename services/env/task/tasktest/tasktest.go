@@ -224,7 +224,9 @@ func (c *suite) newInstance(t testing.TB, split string, seed uint64) task.Instan
 }
 
 // determinism: two instances of one (split, seed), both made before either is stepped, give the same
-// opening, results and solver calls for one call sequence mixing solver and random admissible calls.
+// opening, results and solver calls for one call sequence mixing solver and random admissible calls. The
+// second is stepped after the first's whole episode, so a family that serves later sessions of an
+// instance from what it generated for the first (task.Recent) is checked to keep their play apart.
 func (c *suite) determinism(t *testing.T) {
 	for _, split := range []string{proto.SplitTrain, proto.SplitHeldout} {
 		for i := range uint64(20) {
@@ -727,4 +729,22 @@ func BenchNew(b *testing.B, f task.Family) {
 		}
 		inst.Start()
 	}
+}
+
+// Sessions makes n instances of each of the training seeds 0 .. seeds-1, the way an env host makes a
+// group's sessions: for a family that keeps what it generated for an instance (task.Recent), the
+// first of each seed's is generated and the others served from it.
+func Sessions(t testing.TB, f task.Family, seeds, n int) [][]task.Instance {
+	t.Helper()
+	out := make([][]task.Instance, seeds)
+	for seed := range out {
+		for range n {
+			inst, err := f.New(proto.SplitTrain, uint64(seed))
+			if err != nil {
+				t.Fatalf("New(%s, %d): %v", proto.SplitTrain, seed, err)
+			}
+			out[seed] = append(out[seed], inst)
+		}
+	}
+	return out
 }
