@@ -37,6 +37,26 @@ func (r *Recent[K, V]) Get(k K) (V, bool) {
 	return v, ok
 }
 
+// InstanceKey names an instance, the key a family keeps what it built for one under.
+type InstanceKey struct {
+	Split string
+	Seed  uint64
+}
+
+// Load returns k's value, building and keeping it first when it is not kept. Two sessions that miss at
+// once both build; the first to put keeps its value.
+func (r *Recent[K, V]) Load(k K, build func() (V, error)) (V, error) {
+	if v, ok := r.Get(k); ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return v, err
+	}
+	r.Put(k, v)
+	return v, nil
+}
+
 // Put keeps v as k's value unless k has one, evicting the oldest beyond the bound.
 func (r *Recent[K, V]) Put(k K, v V) {
 	if r == nil {

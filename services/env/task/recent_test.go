@@ -44,3 +44,25 @@ func TestRecent(t *testing.T) {
 		t.Errorf("after concurrent use: %d kept, %d lookups; want 16, 1600", kept, hits+misses)
 	}
 }
+
+func TestRecentLoad(t *testing.T) {
+	r := NewRecent[InstanceKey, int](4)
+	builds := 0
+	build := func() (int, error) { builds++; return 7, nil }
+	k := InstanceKey{Split: "train", Seed: 3}
+	for range 3 {
+		if v, err := r.Load(k, build); err != nil || v != 7 {
+			t.Fatalf("Load = %d, %v; want 7", v, err)
+		}
+	}
+	if builds != 1 {
+		t.Errorf("built %d times, want once", builds)
+	}
+	failed := InstanceKey{Split: "train", Seed: 4}
+	if _, err := r.Load(failed, func() (int, error) { return 0, fmt.Errorf("no instance") }); err == nil {
+		t.Error("Load kept going past a failed build")
+	}
+	if _, ok := r.Get(failed); ok {
+		t.Error("a failed build was kept")
+	}
+}

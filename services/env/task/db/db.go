@@ -64,18 +64,12 @@ type Family struct {
 	images   *imageCache // nil in a zero Family: every session runs its setup script
 	// recent keeps freshly generated games, never played: a session of an instance generated lately
 	// plays a game that shares its tables, goal and statements (see game.fresh).
-	recent *task.Recent[instanceKey, *game]
-}
-
-// instanceKey names an instance.
-type instanceKey struct {
-	split string
-	seed  uint64
+	recent *task.Recent[task.InstanceKey, *game]
 }
 
 // New returns the db family.
 func New() *Family {
-	return &Family{images: task.NewRecent[string, []byte](imagesKept), recent: task.NewRecent[instanceKey, *game](imagesKept)}
+	return &Family{images: task.NewRecent[string, []byte](imagesKept), recent: task.NewRecent[task.InstanceKey, *game](imagesKept)}
 }
 
 // Name is "db".
@@ -107,14 +101,9 @@ func (f *Family) New(split string, seed uint64) (task.Instance, error) {
 	if err := task.ValidSplit(split); err != nil {
 		return nil, err
 	}
-	k := instanceKey{split, seed}
-	kept, ok := f.recent.Get(k)
-	if !ok {
-		var err error
-		if kept, err = generate(split, seed); err != nil {
-			return nil, err
-		}
-		f.recent.Put(k, kept)
+	kept, err := f.recent.Load(task.InstanceKey{Split: split, Seed: seed}, func() (*game, error) { return generate(split, seed) })
+	if err != nil {
+		return nil, err
 	}
 	g := kept.fresh()
 	g.dbName = dbName(split, seed, f.sessions.Add(1))

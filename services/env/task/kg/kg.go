@@ -88,24 +88,18 @@ func toolSpecs() []toolSpec {
 // gamesKept is how many generated instances a family keeps for the later sessions of their groups.
 const gamesKept = 128
 
-// instanceKey names an instance.
-type instanceKey struct {
-	split string
-	seed  uint64
-}
-
 // Family generates kg instances. Its schema is read-only after New and its recent instances are kept
 // under a lock, so one value serves any number of goroutines.
 type Family struct {
 	schema *schema
 	// recent keeps freshly generated games, never played: a session of an instance generated lately
 	// plays a game that shares its graph, question and answer (see game.fresh).
-	recent *task.Recent[instanceKey, *game]
+	recent *task.Recent[task.InstanceKey, *game]
 }
 
 // New returns the kg family.
 func New() *Family {
-	return &Family{schema: newSchema(), recent: task.NewRecent[instanceKey, *game](gamesKept)}
+	return &Family{schema: newSchema(), recent: task.NewRecent[task.InstanceKey, *game](gamesKept)}
 }
 
 // Name is "kg".
@@ -129,14 +123,9 @@ func (f *Family) New(split string, seed uint64) (task.Instance, error) {
 	if err := task.ValidSplit(split); err != nil {
 		return nil, err
 	}
-	k := instanceKey{split, seed}
-	if gm, ok := f.recent.Get(k); ok {
-		return gm.fresh(), nil
-	}
-	gm, err := generate(f.schema, split, seed)
+	gm, err := f.recent.Load(task.InstanceKey{Split: split, Seed: seed}, func() (*game, error) { return generate(f.schema, split, seed) })
 	if err != nil {
 		return nil, err
 	}
-	f.recent.Put(k, gm)
 	return gm.fresh(), nil
 }
