@@ -480,7 +480,7 @@ func readFull(d *msgpack.Decoder, b []byte) error {
 // Values of the enumerated string fields, returned as shared constants instead of fresh copies.
 var (
 	splits   = []string{SplitTrain, SplitHeldout}
-	statuses = []string{StatusCompleted, StatusTurnLimit, StatusInvalidAction, StatusError, StatusRunning}
+	statuses = []string{StatusCompleted, StatusTurnLimit, StatusInvalidAction, StatusError, StatusRunning, StatusStale}
 	policies = []string{PolicyCurrent, PolicyStale}
 )
 

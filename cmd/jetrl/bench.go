@@ -110,11 +110,15 @@ type trialResult struct {
 	CutPlaying int64 `json:"cut_playing"`
 	// StaleInBaseline counts stale members carried in a batch for their group's baseline, and StaleTurns
 	// the turns older than the bound that trained episodes left out (--turn-staleness).
-	StaleInBaseline int64                         `json:"stale_in_baseline"`
-	StaleTurns      int64                         `json:"stale_turns"`
-	InfraFailures   int64                         `json:"infra_failures"`
-	HeldOut         map[string]rollout.EvalResult `json:"heldout,omitempty"`
-	HeldOutSuccess  float64                       `json:"heldout_success"`
+	StaleInBaseline int64 `json:"stale_in_baseline"`
+	StaleTurns      int64 `json:"stale_turns"`
+	InfraFailures   int64 `json:"infra_failures"`
+	// StoppedStale counts the stale drops whose rollout stopped playing them once no batch could take them
+	// (--stop-stale), over the whole trial, and StoppedStaleTurns the turns they had played.
+	StoppedStale      int64                         `json:"stopped_stale"`
+	StoppedStaleTurns int64                         `json:"stopped_stale_turns"`
+	HeldOut           map[string]rollout.EvalResult `json:"heldout,omitempty"`
+	HeldOutSuccess    float64                       `json:"heldout_success"`
 	// HeldOutCurve is held-out success along the window (trialConfig.HeldOutPoints > 1): at its start, then
 	// after each equal part; the last point is HeldOut's.
 	HeldOutCurve []heldOutPoint `json:"heldout_curve,omitempty"`
@@ -317,7 +321,10 @@ func runTrial(ctx context.Context, tc trialConfig, log zerolog.Logger) (*trialRe
 	res.TrainedByTask, res.TrainedSuccessByTask, res.TrainedTurnsByTask, res.TrainedMixedByTask = tallyFigures(bs.BatchedByTask)
 	res.DroppedStaleByTask, res.StaleSuccessByTask, res.StaleTurnsByTask, res.StaleMixedByTask = tallyFigures(bs.DroppedStaleByTask)
 	for _, r := range m.Rollouts {
-		res.InfraFailures += r.Status().InfraFailures
+		st := r.Status()
+		res.InfraFailures += st.InfraFailures
+		res.StoppedStale += st.StoppedStale
+		res.StoppedStaleTurns += st.StoppedStaleTurns
 	}
 	if tc.EvalEpisodes > 0 {
 		ec := envclient.New(admin, envclient.Config{})

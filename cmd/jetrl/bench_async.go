@@ -55,6 +55,7 @@ type benchAsyncCmd struct {
 	Lead          time.Duration `name:"lead" default:"250ms" help:"The replay-buffer composes the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued, in both modes, so the trainer finds it waiting (0: off)."`
 	Cut           float64       `name:"cut" default:"0" help:"The replay-buffer takes a group still playing when the last batch that can take it is composed, without the members still playing, once this share of it has arrived, in both modes (0: off; the group then goes stale whole)."`
 	TurnStale     bool          `name:"turn-staleness" help:"Apply the staleness bound to each turn, by the version that produced it, in both modes (the synchronous mode's turns are all current): a late episode trains its turns within the bound, and its group's members with none count in the baseline only."`
+	StopStale     bool          `name:"stop-stale" default:"true" negatable:"" help:"The rollout stops playing an episode once no batch can take it (the trainer passed its admission version by more than the bound), in both modes; off with --turn-staleness."`
 	Epochs        int           `name:"epochs" default:"0" help:"PPO epochs per batch: the trainer's work per batch, in both modes (0: raised in asynchronous calibration runs until the trainer is --calibration-busy busy)."`
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
@@ -170,6 +171,7 @@ type asyncWorkload struct {
 	LeadMS          float64  `json:"lead_ms"`
 	Cut             float64  `json:"cut"`
 	TurnStaleness   bool     `json:"turn_staleness"`
+	StopStale       bool     `json:"stop_stale"`
 	HeldOutPoints   int      `json:"heldout_points"`
 	Concurrency     int      `json:"concurrency"`
 	Epochs          int      `json:"epochs"`
@@ -311,7 +313,7 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 	tcfg.Loss.Correction, tcfg.Loss.ISCap = c.Correction, c.ISCap
 	return trialConfig{
 		Mesh: mesh.Config{
-			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStale, Eta: eta,
+			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStale, StopStale: c.StopStale, Eta: eta,
 			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
 			Rollout: rollout.Config{Concurrency: c.concurrency()},
 		},
@@ -373,7 +375,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 	}
 	res := &asyncBenchResult{Eta: c.Eta, Workload: asyncWorkload{
 		Tasks: c.Tasks, Episodes: c.Episodes, WarmupBatches: c.Warmup, GroupSize: c.GroupSize, BatchSize: c.BatchSize,
-		MaxQueued: c.MaxQueued, LeadMS: benchMillis(c.Lead), Cut: c.Cut, TurnStaleness: c.TurnStale, HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
+		MaxQueued: c.MaxQueued, LeadMS: benchMillis(c.Lead), Cut: c.Cut, TurnStaleness: c.TurnStale, StopStale: c.StopStale && !c.TurnStale, HeldOutPoints: c.HeldOutPoints, Concurrency: c.concurrency(), Correction: c.Correction, ISCap: c.ISCap, EnvHosts: c.EnvHosts, EvalEpisodes: c.EvalEpisodes, Seed: c.Seed,
 		LatencyMedianMS: benchMillis(c.LatencyMedian), LatencyP99MS: benchMillis(c.LatencyP99), LatencyMeanMS: benchMillis(lat.Mean()),
 	}}
 	say("bench async-vs-sync: %s, %d episodes per mode after %d warm-up batches, B=%d, %d episodes at once, step latency median %v p99 %v",
@@ -731,6 +733,10 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		}
 		fmt.Printf("episodes dropped as too stale: sync %d, async %d%s; cut while playing: sync %d, async %d; infrastructure failures: sync %d, async %d\n",
 			p.Sync.DroppedStale, p.Async.DroppedStale, staleByTaskString(p.Async.DroppedStaleByTask), p.Sync.CutPlaying, p.Async.CutPlaying, p.Sync.InfraFailures, p.Async.InfraFailures)
+		if p.Async.StoppedStale > 0 || p.Sync.StoppedStale > 0 {
+			fmt.Printf("stale episodes stopped while playing (among the drops): sync %d, async %d, after %d and %d turns\n",
+				p.Sync.StoppedStale, p.Async.StoppedStale, p.Sync.StoppedStaleTurns, p.Async.StoppedStaleTurns)
+		}
 		if c.TurnStale {
 			fmt.Printf("by turn: async stale members carried for their group's baseline %d, turns older than the bound left out of trained episodes %d\n",
 				p.Async.StaleInBaseline, p.Async.StaleTurns)

@@ -1195,11 +1195,22 @@ func (b *Buffer) split(g *group, v int64) (ok, base []proto.Episode, masked int,
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// A member its rollout stopped (rollout.Config.StopStale, proto.StatusStale) was stopped because the
+	// trainer had passed its admission version by more than Eta: it is stale whatever version this batch
+	// is composed for (this buffer's view of the version can lag), and so is every member admitted no later.
+	stoppedAt := int64(-1)
+	for _, m := range g.members {
+		if m.ep.Status == proto.StatusStale {
+			stoppedAt = max(stoppedAt, m.ep.StartVersion)
+		}
+	}
 	for _, id := range ids {
 		ep := g.members[id].ep
 		switch {
 		case ep.InfraFailure:
 			masked++
+		case ep.Status == proto.StatusStale, !b.cfg.TurnStaleness && ep.StartVersion <= stoppedAt:
+			stale.add(&ep)
 		case b.cfg.TurnStaleness:
 			if _, _, within := ep.TurnsWithin(v, b.cfg.Eta); within {
 				ok = append(ok, ep)

@@ -363,6 +363,32 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 	}
 }
 
+// A member its rollout stopped as stale (the rollout saw a version past its bound that this buffer has not
+// seen yet) takes its group with it: its members share the admission version the trainer has passed.
+func TestStoppedMemberMakesItsGroupStale(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 5)
+	r := m.startBuffer(t, cfg(2)) // eta 1: at version 5, start version 4 is fresh
+	stopped := ep("stop", 1, 3, 4)
+	stopped.Status, stopped.Reward, stopped.Failure = proto.StatusStale, 0, "stopped at turn 1"
+	m.publish(t, ep("stop", 0, 3, 4), "")
+	m.publish(t, stopped, "")
+	m.publish(t, ep("stop", 2, 3, 4), "")
+	eventually(t, 10*time.Second, "the group refunded", func() bool { return m.refunded(t) == 3 })
+	eventually(t, 5*time.Second, "3 stale dropped", func() bool { return r.b.Stats().DroppedStale == 3 })
+	// The next group, admitted at 5, still trains.
+	m.publish(t, ep("next", 0, 2, 5), "")
+	m.publish(t, ep("next", 1, 2, 5), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"next-0", "next-1"}) {
+		t.Fatalf("batch holds %v, want only the next group", got)
+	}
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if s := r.b.Stats(); s.DroppedStale != 3 || s.Batched != 2 || s.Masked != 0 {
+		t.Fatalf("stats = %+v, want 3 stale, 2 batched", s)
+	}
+}
+
 // Staleness is judged when a batch is released: a group that waited while the trainer moved on goes.
 func TestGroupThatWaitedTooLongGoesStale(t *testing.T) {
 	m := newMesh(t)

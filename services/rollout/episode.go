@@ -33,6 +33,10 @@ type EpisodeSpec struct {
 	Seed         uint64
 	RolloutID    string
 	StartVersion int64
+	// Expired, when set, reports whether no batch can take the episode any more; RunEpisode asks before
+	// each turn and, when it can no longer train, stops playing it: the env session is cancelled and the
+	// episode comes back with the turns played, status proto.StatusStale.
+	Expired func() bool
 }
 
 // RunEpisode plays one episode to its end. It never returns a partial trajectory as the agent's:
@@ -64,6 +68,14 @@ func RunEpisode(ctx context.Context, env *envclient.Client, actor Actor, spec Ep
 			// The game offers nothing to choose from: nothing an agent did wrong, so not the agent's failure.
 			_ = env.Cancel(context.WithoutCancel(ctx), start.HostID, start.SessionID)
 			return infra(errors.New("env offered no admissible call"))
+		}
+		if spec.Expired != nil && spec.Expired() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = env.Cancel(cctx, start.HostID, start.SessionID)
+			cancel()
+			ep.Status, ep.Failure, ep.Reward = proto.StatusStale, fmt.Sprintf("stopped at turn %d: the trainer passed the staleness bound of the version it was admitted under", turn), 0
+			ep.FinishedAt = time.Now().UnixNano()
+			return ep, nil
 		}
 		cands := make([]string, len(admissible))
 		for i, c := range admissible {

@@ -190,3 +190,44 @@ func TestRunEpisodeStopsWhenContextEnds(t *testing.T) {
 	// The session it held is cancelled, not left to expire.
 	eventually(t, 5*time.Second, "the session to be cancelled", func() bool { return h.Active() == 0 })
 }
+
+func TestRunEpisodeStopsWhenNoBatchCanTakeIt(t *testing.T) {
+	m := newMesh(t)
+	h := m.startHost(t)
+	env := envClient(t, m)
+	solver := func() *solverActor {
+		local, _, err := task.NewSession(alfworld.New(), proto.SplitTrain, 21)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &solverActor{local: local}
+	}
+	whole, err := rollout.RunEpisode(testCtx(t), env, solver(), spec("whole", 21, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !whole.Success() || len(whole.Turns) < 3 {
+		t.Fatalf("the solver's episode: status %s, %d turns; the test needs a win in 3 turns or more", whole.Status, len(whole.Turns))
+	}
+	// The trainer passes the bound after two turns: the third is not played.
+	var checks atomic.Int32
+	sp := spec("stopped", 21, 4)
+	sp.Expired = func() bool { return checks.Add(1) > 2 }
+	ep, err := rollout.RunEpisode(testCtx(t), env, solver(), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ep.Validate(); err != nil {
+		t.Fatalf("stopped episode does not validate: %v", err)
+	}
+	if ep.Status != proto.StatusStale || ep.InfraFailure || ep.Reward != 0 || len(ep.Turns) != 2 || !strings.Contains(ep.Failure, "turn 2") || ep.FinishedAt < ep.StartedAt {
+		t.Fatalf("episode = status %s, infra %v, reward %v, %d turns, failure %q; want stopped stale after 2 turns", ep.Status, ep.InfraFailure, ep.Reward, len(ep.Turns), ep.Failure)
+	}
+	for i := range ep.Turns {
+		if ep.Turns[i].Observation != whole.Turns[i].Observation {
+			t.Fatalf("turn %d observed %q, want the whole episode's %q", i, ep.Turns[i].Observation, whole.Turns[i].Observation)
+		}
+	}
+	// The stopped episode's session was cancelled, not left to the host's idle timeout.
+	eventually(t, 5*time.Second, "the host to close the stopped session", func() bool { return h.Active() == 0 })
+}

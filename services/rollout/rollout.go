@@ -56,6 +56,12 @@ type Config struct {
 	GroupSize, BatchSize int
 	// Eta is the staleness bound; 0 is synchronous.
 	Eta int
+	// StopStale stops playing an episode as soon as no batch can take it: once the trainer's version has
+	// passed the version its group was admitted under by more than Eta. It is published with the turns
+	// played, status proto.StatusStale, and its admission goes back to the gate when its group settles,
+	// instead of after its last turns. This holds while the replay-buffer and the trainer judge an episode
+	// by its admission version; leave it off when they judge each turn (their TurnStaleness).
+	StopStale bool
 	// Concurrency is the most episodes this replica plays at once.
 	Concurrency int
 	// StaleEvery and StaleProb configure cross-policy sampling (StaleProb 0 turns it off).
@@ -187,6 +193,7 @@ type Rollout struct {
 	stats                            struct {
 		sync.Mutex
 		published, infraFailures, turns, breakerOpens, loadRetries int64
+		stoppedStale, stoppedStaleTurns                            int64
 	}
 }
 
@@ -245,8 +252,12 @@ type Status struct {
 	InFlight      int64  `json:"episodes_in_flight"`
 	Published     int64  `json:"episodes_published"`
 	InfraFailures int64  `json:"infra_failures"`
-	Turns         int64  `json:"turns"`
-	BreakerOpens  int64  `json:"breaker_opens"`
+	// StoppedStale counts episodes stopped because no batch could take them any more (Config.StopStale),
+	// and StoppedStaleTurns the turns they had played.
+	StoppedStale      int64 `json:"episodes_stopped_stale"`
+	StoppedStaleTurns int64 `json:"episodes_stopped_stale_turns"`
+	Turns             int64 `json:"turns"`
+	BreakerOpens      int64 `json:"breaker_opens"`
 	// WeightsLoadRetries counts failed attempts to load a published version (each is retried).
 	WeightsLoadRetries int64 `json:"weights_load_retries"`
 	// EnvBatches and EnvBatchedCalls count the env batch requests sent and the starts and steps they
@@ -264,7 +275,7 @@ func (r *Rollout) Status() Status {
 	defer r.stats.Unlock()
 	st := Status{ID: r.cfg.ID, Version: r.pool.Version(), InFlight: r.inflight.Load(),
 		Published: r.stats.published, InfraFailures: r.stats.infraFailures, Turns: r.stats.turns, BreakerOpens: r.stats.breakerOpens,
-		WeightsLoadRetries: r.stats.loadRetries}
+		WeightsLoadRetries: r.stats.loadRetries, StoppedStale: r.stats.stoppedStale, StoppedStaleTurns: r.stats.stoppedStaleTurns}
 	if env := r.env.Load(); env != nil {
 		b := env.BatchStats()
 		st.EnvBatches, st.EnvBatchedCalls, st.EnvMalformedReplies, st.EnvStartsOnOpenHosts = b.Batches, b.Calls, b.Malformed, b.StartsOnOpenHosts
@@ -380,10 +391,15 @@ func (r *Rollout) Run(ctx context.Context) error {
 		r.announce(ctx, js, proto.GroupStart{Schema: proto.SchemaVersion, GroupID: groupID, Task: task, GroupSize: r.cfg.GroupSize,
 			StartVersion: v, RolloutID: r.cfg.ID, StartedAt: time.Now().UnixNano()}, log)
 		outcome := &groupOutcome{task: task, left: r.cfg.GroupSize, schedule: schedule, done: func() { r.closed(groupID) }}
+		var expired func() bool
+		if r.cfg.StopStale {
+			last := v + int64(r.cfg.Eta) // the last version a batch can take the group at
+			expired = func() bool { return r.pool.Version() > last }
+		}
 		for k := 0; k < r.cfg.GroupSize; k++ {
 			spec := EpisodeSpec{
 				ID: fmt.Sprintf("%s-%d", groupID, k), GroupID: groupID, GroupSize: r.cfg.GroupSize,
-				Task: task, Split: proto.SplitTrain, Seed: seed, RolloutID: r.cfg.ID, StartVersion: v,
+				Task: task, Split: proto.SplitTrain, Seed: seed, RolloutID: r.cfg.ID, StartVersion: v, Expired: expired,
 			}
 			wg.Add(1)
 			r.inflight.Add(1)
@@ -460,6 +476,10 @@ func (r *Rollout) publish(ctx context.Context, js jetstream.JetStream, ep proto.
 	if ep.InfraFailure {
 		r.stats.infraFailures++
 		r.infra.WithLabelValues(ep.Task).Inc()
+	}
+	if ep.Status == proto.StatusStale {
+		r.stats.stoppedStale++
+		r.stats.stoppedStaleTurns += int64(len(ep.Turns))
 	}
 	r.stats.Unlock()
 	r.turns.Add(float64(len(ep.Turns)))
@@ -555,7 +575,7 @@ func (g *groupOutcome) add(ep proto.Episode) {
 	if g.outcomes == nil {
 		g.outcomes = map[[2]any]bool{}
 	}
-	if !ep.InfraFailure {
+	if !ep.InfraFailure && ep.Status != proto.StatusStale { // a stopped episode's reward says nothing
 		// Reward and whether the agent ended it abnormally (shaped to the same reward by the normalizer).
 		g.outcomes[[2]any{ep.Reward, ep.Status == proto.StatusTurnLimit || ep.Status == proto.StatusInvalidAction}] = true
 		g.rewards = append(g.rewards, ep.Reward)

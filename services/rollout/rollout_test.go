@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/env/task/alfworld"
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/nats-io/nats.go"
@@ -212,5 +213,58 @@ func TestRolloutPlaysWithACheckpointMember(t *testing.T) {
 	}
 	if byPolicy[proto.PolicyCheckpoint] == 0 || byPolicy[proto.PolicyCurrent] == 0 {
 		t.Fatalf("turns by policy %v, want both current and checkpoint turns", byPolicy)
+	}
+}
+
+func TestRolloutStopsEpisodesNoBatchCanTake(t *testing.T) {
+	m := newMesh(t)
+	m.startHostWith(t, env.Config{StepLatency: func() time.Duration { return 50 * time.Millisecond }})
+	m.publishModel(t, newModel(t, 1), 0, "")
+	r, err := rollout.New(rollout.Config{Tasks: []string{alfworld.Name}, GroupSize: 4, BatchSize: 8, Eta: 0, StopStale: true,
+		Concurrency: 8, Seed: 1, CallTimeout: 5 * time.Second},
+		rollout.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, r)
+	eventually(t, 10*time.Second, "two groups admitted at version 0", func() bool { return m.msgs(t, proto.StreamGroups) >= 2 })
+	// Version 1 is past the bound of the groups admitted at 0 (eta 0): no batch can take them any more.
+	m.publishModel(t, newModel(t, 2), 1, "")
+	eventually(t, 20*time.Second, "the version-0 episodes published", func() bool {
+		n := 0
+		for _, ep := range m.episodes(t) {
+			if ep.StartVersion == 0 {
+				n++
+			}
+		}
+		return n == 8
+	})
+	stop()
+	var stopped, stoppedTurns int64
+	for _, ep := range m.episodes(t) {
+		if err := ep.Validate(); err != nil {
+			t.Fatalf("episode %s: %v", ep.ID, err)
+		}
+		if ep.Status != proto.StatusStale {
+			continue
+		}
+		if ep.StartVersion != 0 || ep.Reward != 0 || ep.InfraFailure {
+			t.Fatalf("episode %s stopped as stale: start version %d, reward %v, infra %v", ep.ID, ep.StartVersion, ep.Reward, ep.InfraFailure)
+		}
+		for _, turn := range ep.Turns {
+			if turn.Version != 0 {
+				t.Fatalf("stopped episode %s played a turn by version %d, past its bound", ep.ID, turn.Version)
+			}
+		}
+		stopped++
+		stoppedTurns += int64(len(ep.Turns))
+	}
+	// 50 ms a step: a random policy does not finish an alfworld episode in the time the new version takes
+	// to load, so most of the eight are stopped.
+	if stopped < 4 {
+		t.Fatalf("%d of the 8 version-0 episodes stopped, want most", stopped)
+	}
+	if st := r.Status(); st.StoppedStale != stopped || st.StoppedStaleTurns != stoppedTurns {
+		t.Fatalf("status counts %d stopped (%d turns), the stream holds %d (%d turns)", st.StoppedStale, st.StoppedStaleTurns, stopped, stoppedTurns)
 	}
 }

@@ -43,16 +43,19 @@ type Config struct {
 	Cut float64
 	// TurnStaleness applies Eta to each turn in the replay-buffer and the trainer (their TurnStaleness).
 	TurnStaleness bool
-	Eta           int
-	EnvHosts      int
-	Rollouts      int
-	StaleProb     float64
-	Trainer       trainer.Config
-	Normalizer    normalizer.Config
-	Rollout       rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
-	Env           env.Config     // template for every host
-	Families      task.Registry  // default: the built-in families
-	Log           zerolog.Logger
+	// StopStale has the rollouts stop playing episodes no batch can take any more
+	// (rollout.Config.StopStale); ignored with TurnStaleness.
+	StopStale  bool
+	Eta        int
+	EnvHosts   int
+	Rollouts   int
+	StaleProb  float64
+	Trainer    trainer.Config
+	Normalizer normalizer.Config
+	Rollout    rollout.Config // template for every replica; Tasks, sizes, Eta and Seed are set from above
+	Env        env.Config     // template for every host
+	Families   task.Registry  // default: the built-in families
+	Log        zerolog.Logger
 	// Metrics, if set, receives every service's metrics, labelled with the service replica.
 	Metrics prometheus.Registerer
 }
@@ -183,6 +186,7 @@ func (m *Mesh) StartRollouts(ctx context.Context) error {
 		rc := m.cfg.Rollout
 		rc.Tasks, rc.TaskWeights, rc.GroupSize, rc.BatchSize, rc.Eta = m.cfg.Tasks, m.cfg.TaskWeights, m.cfg.GroupSize, m.cfg.BatchSize, m.cfg.Eta
 		rc.Seed, rc.StaleProb = m.cfg.Seed+uint64(i)*7919, m.cfg.StaleProb
+		rc.StopStale = m.cfg.StopStale && !m.cfg.TurnStaleness
 		m.rollouts++
 		r, err := rollout.New(rc, rollout.Deps{Conn: c, Log: m.cfg.Log.With().Str("service", "rollout").Logger(), Metrics: m.cfg.registerer(fmt.Sprintf("rollout-%d", m.rollouts))})
 		if err != nil {
