@@ -135,7 +135,7 @@ func New(cfg Config, deps Deps) (*Host, error) {
 	h.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_env_sessions_active", Help: "Sessions held now."})
 	h.stepSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_env_step_seconds", Help: "Time to apply one step.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10)})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{h.started, h.stepped, h.expired, h.refused, h.errorsTotal, h.active, h.stepSeconds} {
+		for _, c := range []prometheus.Collector{h.started, h.stepped, h.expired, h.refused, h.errorsTotal, h.active, h.stepSeconds, newCacheCollector(deps.Families)} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("env metrics: %w", err)
 			}

@@ -75,6 +75,24 @@ func (r *Recent[K, V]) Put(k K, v V) {
 	r.order = append(r.order, k)
 }
 
+// CacheStats is what a cache holds and how its lookups went.
+type CacheStats struct {
+	Kept         int
+	Hits, Misses uint64
+}
+
+// Caching is a Family that keeps what it built for recent instances; the env host exports its caches'
+// figures as metrics, by family and cache name.
+type Caching interface {
+	Caches() map[string]CacheStats
+}
+
+// CacheStats returns Stats as one value.
+func (r *Recent[K, V]) CacheStats() CacheStats {
+	kept, hits, misses := r.Stats()
+	return CacheStats{Kept: kept, Hits: hits, Misses: misses}
+}
+
 // Stats returns the values kept and the lookups that found one and that did not.
 func (r *Recent[K, V]) Stats() (kept int, hits, misses uint64) {
 	if r == nil {

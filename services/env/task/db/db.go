@@ -72,6 +72,11 @@ func New() *Family {
 	return &Family{images: task.NewRecent[string, []byte](imagesKept), recent: task.NewRecent[task.InstanceKey, *game](imagesKept)}
 }
 
+// Caches reports the recent instances and database images kept (task.Caching).
+func (f *Family) Caches() map[string]task.CacheStats {
+	return map[string]task.CacheStats{"instances": f.recent.CacheStats(), "images": f.images.CacheStats()}
+}
+
 // Name is "db".
 func (*Family) Name() string { return Name }
 

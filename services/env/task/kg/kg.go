@@ -102,6 +102,11 @@ func New() *Family {
 	return &Family{schema: newSchema(), recent: task.NewRecent[task.InstanceKey, *game](gamesKept)}
 }
 
+// Caches reports the recent instances kept (task.Caching).
+func (f *Family) Caches() map[string]task.CacheStats {
+	return map[string]task.CacheStats{"instances": f.recent.CacheStats()}
+}
+
 // Name is "kg".
 func (*Family) Name() string { return Name }
 
