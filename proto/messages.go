@@ -471,6 +471,15 @@ type Admission struct {
 	Refunded int64 `msgpack:"refunded"`
 }
 
+// AdmissionClosed is the replay-buffer's mark under BucketAdmission/KeyAdmissionClosed: no batch can take
+// a group admitted at a version below Below any more, because the buffer has composed the last batch that
+// could (for version Below - 1 + eta). Rollouts stop playing the members of such groups still playing
+// (proto.StatusStale). The mark only rises.
+type AdmissionClosed struct {
+	Schema int   `msgpack:"schema"`
+	Below  int64 `msgpack:"below"`
+}
+
 // TrainStep is the trainer's event after each applied batch.
 type TrainStep struct {
 	Schema          int                 `msgpack:"schema" json:"-"`

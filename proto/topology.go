@@ -105,6 +105,8 @@ const (
 	// BucketAdmission holds the staleness gate's episode counter under KeyAdmission.
 	BucketAdmission = "jetrl_admission"
 	KeyAdmission    = "episodes"
+	// KeyAdmissionClosed, in BucketAdmission, holds the replay-buffer's AdmissionClosed mark.
+	KeyAdmissionClosed = "closed"
 	// BucketRun holds the settings of the run in force under KeyRunConfig, as a JSON object keyed by setting
 	// name, so every service and operator sees the same values.
 	BucketRun    = "jetrl_run"

@@ -234,6 +234,8 @@ type Buffer struct {
 	// calls release again after queueRecheck, or at wakeAt (the time to compose ahead, with Lead) if sooner.
 	held   bool
 	wakeAt time.Time
+	// closedBelow is the admission closed mark this buffer last wrote (see close).
+	closedBelow int64
 	// pace follows the released batches and the versions that applied them.
 	pace *pace
 	// queueCons are the advantage-normalizer's and the trainer's consumers, whose pending batches are the
@@ -246,6 +248,7 @@ type Buffer struct {
 	episodes, dropped                       *prometheus.CounterVec
 	batches                                 prometheus.Counter
 	orphanedGroups, badHeartbeats, silences prometheus.Counter
+	closeErrors                             prometheus.Counter
 	staleness                               prometheus.Histogram
 	pending                                 prometheus.Gauge
 }
@@ -345,9 +348,10 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	b.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_replay_pending_groups", Help: "Groups held, complete or not."})
 	b.orphanedGroups = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_groups_orphaned_total", Help: "Groups released before their timeout because their rollout replica no longer plays them."})
 	b.silences = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_replica_silences_total", Help: "Times a rollout replica went without a heartbeat for longer than the replica timeout."})
+	b.closeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_closed_mark_errors_total", Help: "Failed writes of the admission closed mark (rollouts then stop stale episodes only at the next version)."})
 	b.badHeartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_heartbeats_malformed_total", Help: "Rollout heartbeats that could not be decoded or validated."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences} {
+		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences, b.closeErrors} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("replay-buffer metrics: %w", err)
 			}
@@ -967,12 +971,30 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		if err := b.publish(ctx, js, eps, usable, v); err != nil {
 			return err
 		}
+		b.close(ctx, counter, v, log)
 	}
 	if err := b.settle(ctx, counter, take); err != nil {
 		return err
 	}
 	b.ready = keep
 	return nil
+}
+
+// close raises the admission closed mark (proto.AdmissionClosed) after a batch for version v: it was the
+// last batch that could take a group admitted at v - Eta, so the rollouts can stop the members of such
+// groups still playing. Judging each turn (TurnStaleness), a later batch can still take an older group's
+// recent turns: no mark then. A failed write is logged and counted; the next batch writes a higher mark.
+func (b *Buffer) close(ctx context.Context, counter *admission.Counter, v int64, log zerolog.Logger) {
+	below := v - int64(b.cfg.Eta) + 1
+	if b.cfg.TurnStaleness || below <= b.closedBelow {
+		return
+	}
+	if err := counter.Close(ctx, below); err != nil {
+		b.closeErrors.Inc()
+		log.Warn().Err(err).Int64("below", below).Msg("admission closed mark not written")
+		return
+	}
+	b.closedBelow = below
 }
 
 // sortReady puts the oldest admissions first: they are the nearest to the staleness bound.

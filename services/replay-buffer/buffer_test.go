@@ -1,6 +1,7 @@
 package replaybuffer_test
 
 import (
+	"errors"
 	"fmt"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"maps"
@@ -360,6 +361,51 @@ func TestStaleEpisodesAreDropped(t *testing.T) {
 		!maps.Equal(s.BatchedByTask, map[string]replaybuffer.Tally{"alfworld": {Episodes: 2, Won: 0, Turns: 2, Groups: 1, Mixed: 0}}) {
 		t.Fatalf("stale drops by task %v, batched %v: want alfworld's 3 stale (2 won) of 2 groups (1 mixed), 2 batched (none won) of 1 group, one turn each",
 			s.DroppedStaleByTask, s.BatchedByTask)
+	}
+}
+
+// closed is the admission closed mark (0 when none is written).
+func (m *mesh) closed(t *testing.T) int64 {
+	t.Helper()
+	kv, err := m.js.KeyValue(testCtx(t), proto.BucketAdmission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(testCtx(t), proto.KeyAdmissionClosed)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c proto.AdmissionClosed
+	if err := codec.Unmarshal(e.Value(), &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Below
+}
+
+// Each batch raises the closed mark past the groups it was the last to be able to take (admitted at its
+// version - eta), so rollouts stop those still playing; judging each turn, the buffer writes no mark.
+func TestBatchRaisesTheClosedMark(t *testing.T) {
+	for _, turns := range []bool{false, true} {
+		m := newMesh(t)
+		m.setVersion(t, 5)
+		c := cfg(2) // eta 1
+		c.TurnStaleness = turns
+		m.startBuffer(t, c)
+		if got := m.closed(t); got != 0 {
+			t.Fatalf("closed mark %d before any batch", got)
+		}
+		m.publish(t, ep("g", 0, 2, 5), "")
+		m.publish(t, ep("g", 1, 2, 5), "")
+		eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+		want := int64(5) // the batch for version 5 was the last that could take a group admitted at 4
+		if turns {
+			want = 0
+			time.Sleep(200 * time.Millisecond) // a mark written after the batch would be there by now
+		}
+		eventually(t, 10*time.Second, "the closed mark", func() bool { return m.closed(t) == want })
 	}
 }
 

@@ -56,10 +56,11 @@ type Config struct {
 	GroupSize, BatchSize int
 	// Eta is the staleness bound; 0 is synchronous.
 	Eta int
-	// StopStale stops playing an episode as soon as no batch can take it: once the trainer's version has
-	// passed the version its group was admitted under by more than Eta. It is published with the turns
-	// played, status proto.StatusStale, and its admission goes back to the gate when its group settles,
-	// instead of after its last turns. This holds while the replay-buffer and the trainer judge an episode
+	// StopStale stops playing an episode as soon as no batch can take it: once the replay-buffer has
+	// composed the last batch that could (its admission closed mark, proto.AdmissionClosed), or the
+	// trainer's version has passed the version its group was admitted under by more than Eta. It is
+	// published with the turns played, status proto.StatusStale, and its admission goes back to the gate
+	// when its group settles, instead of after its last turns. This holds while the replay-buffer and the trainer judge an episode
 	// by its admission version; leave it off when they judge each turn (their TurnStaleness).
 	StopStale bool
 	// Concurrency is the most episodes this replica plays at once.
@@ -182,11 +183,13 @@ type Rollout struct {
 		ids map[string]struct{}
 	}
 	schedule atomic.Pointer[TaskSchedule]
-	env      atomic.Pointer[envclient.Client] // while Run plays
+	// closedBelow is the replay-buffer's admission closed mark: no batch can take a group admitted below it.
+	closedBelow atomic.Int64
+	env         atomic.Pointer[envclient.Client] // while Run plays
 
 	published, infra, breakerChanges *prometheus.CounterVec
 	turns, unpublished, loadRetries  prometheus.Counter
-	heartbeatsFailed                 prometheus.Counter
+	heartbeatsFailed, badMarks       prometheus.Counter
 	startsUnannounced                prometheus.Counter
 	gateWait                         prometheus.Histogram
 	version                          prometheus.Gauge
@@ -214,6 +217,7 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	r.loadRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_weights_load_retries_total", Help: "Failed attempts to load a published version's weights (retried)."})
 	r.startsUnannounced = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_group_starts_unannounced_total", Help: "Groups whose start marker could not be published (they still play and publish)."})
 	r.heartbeatsFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_heartbeats_failed_total", Help: "Heartbeat messages that could not be published."})
+	r.badMarks = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_closed_marks_malformed_total", Help: "Admission closed marks that could not be decoded (skipped)."})
 	r.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_rollout_turns_total", Help: "Turns played."})
 	r.gateWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_rollout_gate_wait_seconds", Help: "Time a group waited at the staleness gate.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)})
 	r.version = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_rollout_policy_version", Help: "Policy version loaded."})
@@ -232,7 +236,7 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 	envMalformed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "jetrl_rollout_env_malformed_replies_total", Help: "Env batch replies, or results in them, that could not be used."},
 		envStat(func(b envclient.BatchStats) int64 { return b.Malformed }))
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced, r.heartbeatsFailed,
+		for _, c := range []prometheus.Collector{r.published, r.infra, r.breakerChanges, r.turns, r.unpublished, r.loadRetries, r.gateWait, r.version, r.startsUnannounced, r.heartbeatsFailed, r.badMarks,
 			envBatches, envCalls, envMalformed} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("rollout metrics: %w", err)
@@ -240,6 +244,16 @@ func New(cfg Config, deps Deps) (*Rollout, error) {
 		}
 	}
 	return r, nil
+}
+
+// raiseClosed takes a new admission closed mark; the mark only rises.
+func (r *Rollout) raiseClosed(below int64) {
+	for {
+		cur := r.closedBelow.Load()
+		if below <= cur || r.closedBelow.CompareAndSwap(cur, below) {
+			return
+		}
+	}
 }
 
 // Running reports whether the replica is playing.
@@ -338,6 +352,21 @@ func (r *Rollout) Run(ctx context.Context) error {
 		watchDone <- src.Watch(watchCtx, js, r.pool, log, func(v int64) { r.version.Set(float64(v)) })
 	}()
 	defer func() { stopWatch(); <-watchDone }()
+	if r.cfg.StopStale {
+		closedDone := make(chan error, 1)
+		go func() {
+			closedDone <- counter.WatchClosed(watchCtx, r.raiseClosed, func(err error) {
+				r.badMarks.Inc()
+				log.Warn().Err(err).Msg("admission closed mark skipped")
+			})
+		}()
+		defer func() {
+			stopWatch()
+			if err := <-closedDone; err != nil {
+				log.Warn().Err(err).Msg("admission closed mark watch")
+			}
+		}()
+	}
 
 	env := envclient.New(r.deps.Conn, envclient.Config{CallTimeout: r.cfg.CallTimeout, Breaker: breaker.Settings{
 		OnChange: func(host string, from, to gobreaker.State) {
@@ -394,7 +423,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 		var expired func() bool
 		if r.cfg.StopStale {
 			last := v + int64(r.cfg.Eta) // the last version a batch can take the group at
-			expired = func() bool { return r.pool.Version() > last }
+			expired = func() bool { return r.closedBelow.Load() > v || r.pool.Version() > last }
 		}
 		for k := 0; k < r.cfg.GroupSize; k++ {
 			spec := EpisodeSpec{

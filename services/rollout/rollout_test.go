@@ -216,7 +216,14 @@ func TestRolloutPlaysWithACheckpointMember(t *testing.T) {
 	}
 }
 
+// Episodes no batch can take any more stop, whichever says so first: the trainer's version passing their
+// bound, or the replay-buffer's closed mark (it composed the last batch that could take them).
 func TestRolloutStopsEpisodesNoBatchCanTake(t *testing.T) {
+	t.Run("version", func(t *testing.T) { testRolloutStops(t, false) })
+	t.Run("closed-mark", func(t *testing.T) { testRolloutStops(t, true) })
+}
+
+func testRolloutStops(t *testing.T, byMark bool) {
 	m := newMesh(t)
 	m.startHostWith(t, env.Config{StepLatency: func() time.Duration { return 50 * time.Millisecond }})
 	m.publishModel(t, newModel(t, 1), 0, "")
@@ -228,8 +235,15 @@ func TestRolloutStopsEpisodesNoBatchCanTake(t *testing.T) {
 	}
 	stop := run(t, r)
 	eventually(t, 10*time.Second, "two groups admitted at version 0", func() bool { return m.msgs(t, proto.StreamGroups) >= 2 })
-	// Version 1 is past the bound of the groups admitted at 0 (eta 0): no batch can take them any more.
-	m.publishModel(t, newModel(t, 2), 1, "")
+	if byMark {
+		// The buffer composed the batch for version 0 without them.
+		if err := m.counter(t).Close(testCtx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// Version 1 is past the bound of the groups admitted at 0 (eta 0): no batch can take them any more.
+		m.publishModel(t, newModel(t, 2), 1, "")
+	}
 	eventually(t, 20*time.Second, "the version-0 episodes published", func() bool {
 		n := 0
 		for _, ep := range m.episodes(t) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/codec"
@@ -99,4 +100,71 @@ func isConflict(err error) bool {
 		return true
 	}
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Close raises the closed mark (proto.AdmissionClosed) to below: no batch can take a group admitted at a
+// version under it any more. A lower or equal mark leaves it as it is; a stored value that does not
+// decode is replaced; a lost race with another writer is retried.
+func (c *Counter) Close(ctx context.Context, below int64) error {
+	for {
+		var cur proto.AdmissionClosed
+		var rev uint64
+		e, err := c.kv.Get(ctx, proto.KeyAdmissionClosed)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("read closed mark: %w", err)
+		default:
+			rev = e.Revision()
+			if err := codec.Unmarshal(e.Value(), &cur); err != nil {
+				cur.Below = math.MinInt64
+			}
+		}
+		if rev != 0 && cur.Below >= below {
+			return nil
+		}
+		b, err := codec.Marshal(proto.AdmissionClosed{Schema: proto.SchemaVersion, Below: below}, 0)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = c.kv.Create(ctx, proto.KeyAdmissionClosed, b)
+		} else {
+			_, err = c.kv.Update(ctx, proto.KeyAdmissionClosed, b, rev)
+		}
+		if err == nil || !isConflict(err) {
+			return err
+		}
+	}
+}
+
+// WatchClosed calls f with the closed mark as it is now (if set) and each time it changes, until ctx
+// ends. A value that does not decode is passed to bad and skipped.
+func (c *Counter) WatchClosed(ctx context.Context, f func(below int64), bad func(error)) error {
+	w, err := c.kv.Watch(ctx, proto.KeyAdmissionClosed)
+	if err != nil {
+		return fmt.Errorf("watch closed mark: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil: the initial values are delivered
+			}
+			var m proto.AdmissionClosed
+			if err := codec.Unmarshal(e.Value(), &m); err != nil {
+				if bad != nil {
+					bad(fmt.Errorf("closed mark: %w", err))
+				}
+				continue
+			}
+			f(m.Below)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package admission_test
 
 import (
+	"context"
 	"errors"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"sync"
@@ -11,11 +12,14 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
 var testCtx = bustest.Ctx
+
+var eventually = bustest.Eventually
 
 // mesh starts an embedded server with the mesh's topology and returns a function that opens a counter on
 // a connection of its own (as every rollout replica and the replay-buffer have).
@@ -224,5 +228,55 @@ func TestCorruptCounterIsAnError(t *testing.T) {
 	}
 	if err := c.Refund(ctx, 1); !errors.Is(err, proto.ErrMalformed) {
 		t.Fatalf("Refund on a corrupt counter: %v, want ErrMalformed", err)
+	}
+}
+
+// The closed mark only rises (a value that does not decode is written over), and a watcher sees it as it is and as it changes; a value that does not
+// decode is reported and skipped.
+func TestClosedMark(t *testing.T) {
+	open := mesh(t)
+	c, js := open()
+	watcher, _ := open()
+	ctx := testCtx(t)
+	if err := c.Close(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Int64
+	var bad atomic.Int32
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- watcher.WatchClosed(wctx, func(b int64) { seen.Store(b) }, func(error) { bad.Add(1) })
+	}()
+	eventually(t, 5*time.Second, "the mark as it was", func() bool { return seen.Load() == 3 })
+	for _, below := range []int64{2, 3, 5} {
+		if err := c.Close(ctx, below); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "the raised mark", func() bool { return seen.Load() == 5 })
+	kv, err := js.KeyValue(ctx, proto.BucketAdmission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, proto.KeyAdmissionClosed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m proto.AdmissionClosed
+	if err := codec.Unmarshal(e.Value(), &m); err != nil || m.Below != 5 || m.Schema != proto.SchemaVersion {
+		t.Fatalf("stored mark %+v (%v), want 5: lower marks leave it", m, err)
+	}
+	if _, err := kv.Put(ctx, proto.KeyAdmissionClosed, []byte{0xc1}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the bad value reported", func() bool { return bad.Load() == 1 })
+	if err := c.Close(ctx, 4); err != nil {
+		t.Fatalf("Close over a value that does not decode: %v", err)
+	}
+	eventually(t, 5*time.Second, "the mark written over the bad value", func() bool { return seen.Load() == 4 })
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("WatchClosed returned %v after its context ended", err)
 	}
 }
