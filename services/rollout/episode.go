@@ -73,7 +73,7 @@ func RunEpisode(ctx context.Context, env *envclient.Client, actor Actor, spec Ep
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = env.Cancel(cctx, start.HostID, start.SessionID)
 			cancel()
-			ep.Status, ep.Failure, ep.Reward = proto.StatusStale, fmt.Sprintf("stopped at turn %d: the trainer passed the staleness bound of the version it was admitted under", turn), 0
+			ep.Status, ep.Failure, ep.Reward = proto.StatusStale, fmt.Sprintf("stopped at turn %d: no batch can take it within the staleness bound", turn), 0
 			ep.FinishedAt = time.Now().UnixNano()
 			return ep, nil
 		}

@@ -60,8 +60,9 @@ type Config struct {
 	// composed the last batch that could (its admission closed mark, proto.AdmissionClosed), or the
 	// trainer's version has passed the version its group was admitted under by more than Eta. It is
 	// published with the turns played, status proto.StatusStale, and its admission goes back to the gate
-	// when its group settles, instead of after its last turns. This holds while the replay-buffer and the trainer judge an episode
-	// by its admission version; leave it off when they judge each turn (their TurnStaleness).
+	// when its group settles, instead of after its last turns. This holds while the replay-buffer and the
+	// trainer judge an episode by its admission version; leave it off when they judge each turn (their
+	// TurnStaleness).
 	StopStale bool
 	// Concurrency is the most episodes this replica plays at once.
 	Concurrency int
@@ -353,19 +354,19 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 	if r.cfg.StopStale {
-		closedDone := make(chan error, 1)
+		// Without the mark, episodes still stop once the trainer's version passes their bound.
+		closedDone := make(chan struct{})
 		go func() {
-			closedDone <- counter.WatchClosed(watchCtx, r.raiseClosed, func(err error) {
+			defer close(closedDone)
+			err := counter.WatchClosed(watchCtx, r.raiseClosed, func(err error) {
 				r.badMarks.Inc()
 				log.Warn().Err(err).Msg("admission closed mark skipped")
 			})
-		}()
-		defer func() {
-			stopWatch()
-			if err := <-closedDone; err != nil {
-				log.Warn().Err(err).Msg("admission closed mark watch")
+			if err != nil {
+				log.Warn().Err(err).Msg("admission closed mark not watched: stale episodes stop at the next version")
 			}
 		}()
+		defer func() { stopWatch(); <-closedDone }()
 	}
 
 	env := envclient.New(r.deps.Conn, envclient.Config{CallTimeout: r.cfg.CallTimeout, Breaker: breaker.Settings{
