@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -141,30 +142,14 @@ func (c *Counter) Close(ctx context.Context, below int64) error {
 // WatchClosed calls f with the closed mark as it is now (if set) and each time it changes, until ctx
 // ends. A value that does not decode is passed to bad and skipped.
 func (c *Counter) WatchClosed(ctx context.Context, f func(below int64), bad func(error)) error {
-	w, err := c.kv.Watch(ctx, proto.KeyAdmissionClosed)
-	if err != nil {
-		return fmt.Errorf("watch closed mark: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
+	return bus.WatchKey(ctx, c.kv, proto.KeyAdmissionClosed, func(value []byte) {
+		var m proto.AdmissionClosed
+		if err := codec.Unmarshal(value, &m); err != nil {
+			if bad != nil {
+				bad(fmt.Errorf("closed mark: %w", err))
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil: the initial values are delivered
-			}
-			var m proto.AdmissionClosed
-			if err := codec.Unmarshal(e.Value(), &m); err != nil {
-				if bad != nil {
-					bad(fmt.Errorf("closed mark: %w", err))
-				}
-				continue
-			}
-			f(m.Below)
+			return
 		}
-	}
+		f(m.Below)
+	})
 }

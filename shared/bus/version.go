@@ -17,9 +17,22 @@ func WatchPolicyVersion(ctx context.Context, js jetstream.JetStream, log zerolog
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", proto.BucketPolicy, err)
 	}
-	w, err := kv.Watch(ctx, proto.KeyPolicyCurrent)
+	return WatchKey(ctx, kv, proto.KeyPolicyCurrent, func(value []byte) {
+		var rec proto.PolicyVersion
+		if err := codec.Unmarshal(value, &rec); err != nil {
+			log.Error().Err(err).Msg("bad policy version record")
+			return
+		}
+		onUpdate(rec)
+	})
+}
+
+// WatchKey calls onPut with key's value as it is now (if set) and with each value put after, until ctx
+// ends; deletes are skipped.
+func WatchKey(ctx context.Context, kv jetstream.KeyValue, key string, onPut func(value []byte)) error {
+	w, err := kv.Watch(ctx, key)
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", proto.BucketPolicy, err)
+		return fmt.Errorf("watch %s: %w", key, err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
@@ -31,14 +44,9 @@ func WatchPolicyVersion(ctx context.Context, js jetstream.JetStream, log zerolog
 				return nil
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
+				continue // nil: the values as they were have been delivered
 			}
-			var rec proto.PolicyVersion
-			if err := codec.Unmarshal(e.Value(), &rec); err != nil {
-				log.Error().Err(err).Msg("bad policy version record")
-				continue
-			}
-			onUpdate(rec)
+			onPut(e.Value())
 		}
 	}
 }
