@@ -145,7 +145,7 @@ var watchRates = map[string][]string{
 
 // watchDetail names, per service, the counters shown as they are.
 var watchDetail = map[string][]string{
-	"rollout":              {"policy_version", "episodes_in_flight", "infra_failures", "breaker_opens"},
+	"rollout":              {"policy_version", "episodes_in_flight", "infra_failures", "breaker_opens", "episodes_stopped_stale"},
 	"replay-buffer":        {"pending_groups", "dropped_stale", "cut_playing", "late", "orphaned_groups", "replica_silences", "dead_lettered"},
 	"advantage-normalizer": {"dead_lettered"},
 	"trainer":              {"policy_version", "busy_fraction", "max_staleness", "stale_dropped", "dead_lettered"},
