@@ -78,6 +78,18 @@ func (b *batcher) expectCall(session string) {
 	b.mu.Unlock()
 }
 
+// forget says session will not call again (it was cancelled): a batch waiting for the sessions expected
+// goes as soon as the rest have called, instead of at Config.MaxLinger.
+func (b *batcher) forget(session string) {
+	b.mu.Lock()
+	delete(b.expected, session)
+	if b.wake != nil && len(b.expected) == 0 {
+		close(b.wake)
+		b.wake = nil
+	}
+	b.mu.Unlock()
+}
+
 // useSingle says whether calls should skip batching for now.
 func (b *batcher) useSingle() bool { return time.Now().UnixNano() < b.fallback.Load() }
 

@@ -348,3 +348,32 @@ func TestStartOnAHostWithAnOpenBreakerIsTriedElsewhere(t *testing.T) {
 		t.Fatalf("%d cancels on h-open, %d counted; want both sessions it opened given back", cancels.Load(), c.BatchStats().StartsOnOpenHosts)
 	}
 }
+
+// A session cancelled after a result will not call again: the next batch does not wait for it.
+func TestBatchDoesNotWaitForACancelledSession(t *testing.T) {
+	url := server(t)
+	serveBatches(t, url, proto.SubjectEnvStepBatch("hb"), 8, stepOK)
+	const linger = 2 * time.Second
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for _, s := range []string{"stays", "cancelled"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Step(ctx, "hb", s, proto.ToolCall{Name: "x"}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	_ = c.Cancel(ctx, "hb", "cancelled") // no host serves cancels here: the client forgets the session all the same
+	began := time.Now()
+	if _, err := c.Step(ctx, "hb", "stays", proto.ToolCall{Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took >= linger {
+		t.Fatalf("the step after a cancel took %v: it waited MaxLinger (%v) for the cancelled session", took, linger)
+	}
+}

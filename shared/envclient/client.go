@@ -278,7 +278,14 @@ func (c *Client) Step(ctx context.Context, hostID, sessionID string, tc proto.To
 }
 
 // Cancel ends a session; errors are returned but a caller that is giving up on a session may ignore them.
+// The session will not call again: its host's step batch no longer waits for it.
 func (c *Client) Cancel(ctx context.Context, hostID, sessionID string) error {
+	c.mu.Lock()
+	b := c.steps[hostID]
+	c.mu.Unlock()
+	if b != nil {
+		b.forget(sessionID)
+	}
 	data, err := codec.Marshal(proto.EnvCancelRequest{Schema: proto.SchemaVersion, SessionID: sessionID}, proto.MaxEnvMessageBytes)
 	if err != nil {
 		return err
