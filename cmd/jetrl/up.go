@@ -59,7 +59,7 @@ type upCmd struct {
 	Lead         time.Duration      `name:"lead" default:"0s" help:"Compose the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued (0: off)."`
 	Cut          float64            `name:"cut" default:"0" help:"When the last batch that can take a group still playing is composed, take the group without the members still playing once this share of it has arrived (0: off; the group then goes stale whole)."`
 	TurnStale    bool               `name:"turn-staleness" help:"Apply the staleness bound to each turn, by the version that produced it: a late episode trains its turns within the bound, and its group's members with none count in the baseline only."`
-	StopStale    bool               `name:"stop-stale" default:"true" negatable:"" help:"Rollouts stop playing an episode once no batch can take it (the trainer passed its admission version by more than --eta); off with --turn-staleness."`
+	StopStale    bool               `name:"stop-stale" help:"Rollouts stop playing an episode once no batch can take it (the replay-buffer composed the last batch that could, or the trainer passed its admission version by more than --eta); ignored with --turn-staleness. Off by default: see README."`
 	PoolCkpt     string             `name:"pool-checkpoint" type:"existingfile" help:"Saved weights (another run's weights.bin) that join the rollout policy pool as a fixed member."`
 	PoolCkptProb float64            `name:"pool-checkpoint-prob" default:"0.1" help:"Probability a turn uses --pool-checkpoint."`
 	StaleEvery   int64              `name:"stale-every" default:"25" help:"Cross-policy sampling: refresh the stale copy every this many versions."`

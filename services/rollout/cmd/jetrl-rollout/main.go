@@ -17,7 +17,7 @@ type cli struct {
 	GroupSize   int                `name:"group-size" env:"JETRL_GROUP_SIZE" default:"8" help:"GRPO group size G."`
 	BatchSize   int                `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
 	Eta         int                `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound (0: synchronous)."`
-	StopStale   bool               `name:"stop-stale" env:"JETRL_STOP_STALE" default:"true" negatable:"" help:"Stop playing an episode once the trainer has passed its admission version by more than --eta (no batch can take it). Turn off when the replay-buffer and trainer judge each turn (--turn-staleness)."`
+	StopStale   bool               `name:"stop-stale" env:"JETRL_STOP_STALE" help:"Stop playing an episode once no batch can take it (the replay-buffer composed the last batch that could, or the trainer passed its admission version by more than --eta). Ignored with --turn-staleness."`
 	TurnStale   bool               `name:"turn-staleness" env:"JETRL_TURN_STALENESS" help:"The replay-buffer and the trainer judge each turn (their --turn-staleness): --stop-stale is then off."`
 	Concurrency int                `name:"concurrency" env:"JETRL_ROLLOUT_CONCURRENCY" default:"64" help:"Episodes played at once."`
 	StaleProb   float64            `name:"stale-prob" env:"JETRL_STALE_PROB" default:"0.25" help:"Probability a turn uses the stale policy copy (0: off)."`
