@@ -145,6 +145,22 @@ func TestBatchWaitsForSessionsThatHadResults(t *testing.T) {
 	}
 }
 
+// stepAll steps the sessions on host at once, so that each has a result.
+func stepAll(t *testing.T, c *envclient.Client, host string, sessions ...string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Step(testCtx(t), host, s, proto.ToolCall{Name: "x"}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // A session that had a result and never calls again delays the next batch by MaxLinger once, not forever.
 func TestBatchStopsWaitingForASessionThatLeft(t *testing.T) {
 	url := server(t)
@@ -153,17 +169,7 @@ func TestBatchStopsWaitingForASessionThatLeft(t *testing.T) {
 	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	for _, s := range []string{"stays", "leaves"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := c.Step(ctx, "hb", s, proto.ToolCall{Name: "x"}); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	stepAll(t, c, "hb", "stays", "leaves")
 	// "leaves" had a result and will not call again: the next batch waits for it, once.
 	for i, want := range []string{"waits for the session that left", "waits for no one"} {
 		began := time.Now()
@@ -357,17 +363,7 @@ func TestBatchDoesNotWaitForACancelledSession(t *testing.T) {
 	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	for _, s := range []string{"stays", "cancelled"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := c.Step(ctx, "hb", s, proto.ToolCall{Name: "x"}); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	stepAll(t, c, "hb", "stays", "cancelled")
 	_ = c.Cancel(ctx, "hb", "cancelled") // no host serves cancels here: the client forgets the session all the same
 	began := time.Now()
 	if _, err := c.Step(ctx, "hb", "stays", proto.ToolCall{Name: "x"}); err != nil {
