@@ -145,6 +145,17 @@ func TestBatchWaitsForSessionsThatHadResults(t *testing.T) {
 	}
 }
 
+// lingeringClient is a client of a server whose host "hb" serves step batches, its batches waiting up to
+// linger for the sessions expected.
+func lingeringClient(t *testing.T, linger time.Duration) *envclient.Client {
+	t.Helper()
+	url := server(t)
+	serveBatches(t, url, proto.SubjectEnvStepBatch("hb"), 8, stepOK)
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // stepAll steps the sessions on host at once, so that each has a result.
 func stepAll(t *testing.T, c *envclient.Client, host string, sessions ...string) {
 	t.Helper()
@@ -163,11 +174,8 @@ func stepAll(t *testing.T, c *envclient.Client, host string, sessions ...string)
 
 // A session that had a result and never calls again delays the next batch by MaxLinger once, not forever.
 func TestBatchStopsWaitingForASessionThatLeft(t *testing.T) {
-	url := server(t)
-	serveBatches(t, url, proto.SubjectEnvStepBatch("hb"), 8, stepOK)
 	const linger = 300 * time.Millisecond
-	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
-	t.Cleanup(func() { _ = c.Close() })
+	c := lingeringClient(t, linger)
 	ctx := testCtx(t)
 	stepAll(t, c, "hb", "stays", "leaves")
 	// "leaves" had a result and will not call again: the next batch waits for it, once.
@@ -357,11 +365,8 @@ func TestStartOnAHostWithAnOpenBreakerIsTriedElsewhere(t *testing.T) {
 
 // A session cancelled after a result will not call again: the next batch does not wait for it.
 func TestBatchDoesNotWaitForACancelledSession(t *testing.T) {
-	url := server(t)
-	serveBatches(t, url, proto.SubjectEnvStepBatch("hb"), 8, stepOK)
 	const linger = 2 * time.Second
-	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second, MaxLinger: linger})
-	t.Cleanup(func() { _ = c.Close() })
+	c := lingeringClient(t, linger)
 	ctx := testCtx(t)
 	stepAll(t, c, "hb", "stays", "cancelled")
 	_ = c.Cancel(ctx, "hb", "cancelled") // no host serves cancels here: the client forgets the session all the same
