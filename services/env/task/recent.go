@@ -87,18 +87,12 @@ type Caching interface {
 	Caches() map[string]CacheStats
 }
 
-// CacheStats returns Stats as one value.
-func (r *Recent[K, V]) CacheStats() CacheStats {
-	kept, hits, misses := r.Stats()
-	return CacheStats{Kept: kept, Hits: hits, Misses: misses}
-}
-
 // Stats returns the values kept and the lookups that found one and that did not.
-func (r *Recent[K, V]) Stats() (kept int, hits, misses uint64) {
+func (r *Recent[K, V]) Stats() CacheStats {
 	if r == nil {
-		return 0, 0, 0
+		return CacheStats{}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.values), r.hits, r.misses
+	return CacheStats{Kept: len(r.values), Hits: r.hits, Misses: r.misses}
 }

@@ -18,8 +18,8 @@ func TestRecent(t *testing.T) {
 			t.Errorf("Get(%d) = %d, %v; want %d, %v", i, v, ok, i, want)
 		}
 	}
-	if kept, hits, misses := r.Stats(); kept != 3 || hits != 3 || misses != 2 {
-		t.Errorf("Stats() = %d, %d, %d; want 3, 3, 2", kept, hits, misses)
+	if st := r.Stats(); st.Kept != 3 || st.Hits != 3 || st.Misses != 2 {
+		t.Errorf("Stats() = %d, %d, %d; want 3, 3, 2", st.Kept, st.Hits, st.Misses)
 	}
 
 	var none *Recent[string, int]
@@ -40,8 +40,8 @@ func TestRecent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if kept, hits, misses := c.Stats(); kept != 16 || hits+misses != 8*200 {
-		t.Errorf("after concurrent use: %d kept, %d lookups; want 16, 1600", kept, hits+misses)
+	if st := c.Stats(); st.Kept != 16 || st.Hits+st.Misses != 8*200 {
+		t.Errorf("after concurrent use: %d kept, %d lookups; want 16, 1600", st.Kept, st.Hits+st.Misses)
 	}
 }
 

@@ -74,7 +74,7 @@ func New() *Family {
 
 // Caches reports the recent instances and database images kept (task.Caching).
 func (f *Family) Caches() map[string]task.CacheStats {
-	return map[string]task.CacheStats{"instances": f.recent.CacheStats(), "images": f.images.CacheStats()}
+	return map[string]task.CacheStats{"instances": f.recent.Stats(), "images": f.images.Stats()}
 }
 
 // Name is "db".

@@ -163,8 +163,8 @@ func TestEngineSandbox(t *testing.T) {
 	for i, from := range []string{"script", "image"} {
 		t.Run(from, func(t *testing.T) {
 			testEngineSandbox(t, images)
-			if kept, hits, misses := images.Stats(); kept != 1 || hits != uint64(i) || misses != 1 {
-				t.Errorf("images: %d kept, %d hits, %d misses; want 1, %d, 1", kept, hits, misses, i)
+			if st := images.Stats(); st.Kept != 1 || st.Hits != uint64(i) || st.Misses != 1 {
+				t.Errorf("images: %d kept, %d hits, %d misses; want 1, %d, 1", st.Kept, st.Hits, st.Misses, i)
 			}
 		})
 	}
@@ -358,8 +358,8 @@ func TestImageIsolation(t *testing.T) {
 	first, second := play(), play()
 	first.Step(first.Solve()) // opens the database: a miss, its image kept
 	second.Step(sqlCall("SELECT 1"))
-	if kept, hits, misses := f.images.Stats(); kept != 1 || hits != 1 || misses != 1 {
-		t.Fatalf("images: %d kept, %d hits, %d misses; want 1, 1, 1", kept, hits, misses)
+	if st := f.images.Stats(); st.Kept != 1 || st.Hits != 1 || st.Misses != 1 {
+		t.Fatalf("images: %d kept, %d hits, %d misses; want 1, 1, 1", st.Kept, st.Hits, st.Misses)
 	}
 	for !first.done {
 		first.Step(first.Solve())
@@ -642,7 +642,7 @@ func TestRecentInstances(t *testing.T) {
 			t.Fatalf("seed %d: the sessions do not share the instance's tables", seed)
 		}
 	}
-	if kept, hits, misses := f.recent.Stats(); kept != seeds || hits != seeds*(sessions-1) || misses != seeds {
-		t.Errorf("recent: %d kept, %d hits, %d misses; want %d, %d, %d", kept, hits, misses, seeds, seeds*(sessions-1), seeds)
+	if st := f.recent.Stats(); st.Kept != seeds || st.Hits != seeds*(sessions-1) || st.Misses != seeds {
+		t.Errorf("recent: %d kept, %d hits, %d misses; want %d, %d, %d", st.Kept, st.Hits, st.Misses, seeds, seeds*(sessions-1), seeds)
 	}
 }

@@ -506,8 +506,8 @@ func TestRecentInstances(t *testing.T) {
 			t.Fatalf("seed %d: the sessions do not share the instance's graph", seed)
 		}
 	}
-	if kept, hits, misses := f.recent.Stats(); kept != seeds || hits != seeds*(sessions-1) || misses != seeds {
-		t.Errorf("recent: %d kept, %d hits, %d misses; want %d, %d, %d", kept, hits, misses, seeds, seeds*(sessions-1), seeds)
+	if st := f.recent.Stats(); st.Kept != seeds || st.Hits != seeds*(sessions-1) || st.Misses != seeds {
+		t.Errorf("recent: %d kept, %d hits, %d misses; want %d, %d, %d", st.Kept, st.Hits, st.Misses, seeds, seeds*(sessions-1), seeds)
 	}
 }
 

@@ -104,7 +104,7 @@ func New() *Family {
 
 // Caches reports the recent instances kept (task.Caching).
 func (f *Family) Caches() map[string]task.CacheStats {
-	return map[string]task.CacheStats{"instances": f.recent.CacheStats()}
+	return map[string]task.CacheStats{"instances": f.recent.Stats()}
 }
 
 // Name is "kg".
