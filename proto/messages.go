@@ -23,8 +23,9 @@ const (
 	StatusInvalidAction = "invalid-action" // the agent's output could not be acted on and ended the episode
 	StatusError         = "error"          // the environment failed; an infrastructure failure, not the agent's
 	// StatusStale: the rollout stopped playing the episode because no batch could take it any more (the
-	// trainer had passed the version it was admitted under by more than the staleness bound); its turns
-	// are those played until then, and the replay-buffer counts it stale.
+	// replay-buffer had composed the last batch that could, AdmissionClosed, or the trainer had passed the
+	// version it was admitted under by more than the staleness bound); its turns are those played until
+	// then, and the replay-buffer counts it stale.
 	StatusStale = "stale"
 )
 

@@ -234,8 +234,6 @@ type Buffer struct {
 	// calls release again after queueRecheck, or at wakeAt (the time to compose ahead, with Lead) if sooner.
 	held   bool
 	wakeAt time.Time
-	// closedBelow is the admission closed mark this buffer last wrote (see close).
-	closedBelow int64
 	// pace follows the released batches and the versions that applied them.
 	pace *pace
 	// queueCons are the advantage-normalizer's and the trainer's consumers, whose pending batches are the
@@ -985,16 +983,14 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 // groups still playing. Judging each turn (TurnStaleness), a later batch can still take an older group's
 // recent turns: no mark then. A failed write is logged and counted; the next batch writes a higher mark.
 func (b *Buffer) close(ctx context.Context, counter *admission.Counter, v int64, log zerolog.Logger) {
-	below := v - int64(b.cfg.Eta) + 1
-	if b.cfg.TurnStaleness || below <= b.closedBelow {
+	if b.cfg.TurnStaleness {
 		return
 	}
+	below := v - int64(b.cfg.Eta) + 1
 	if err := counter.Close(ctx, below); err != nil {
 		b.closeErrors.Inc()
 		log.Warn().Err(err).Int64("below", below).Msg("admission closed mark not written")
-		return
 	}
-	b.closedBelow = below
 }
 
 // sortReady puts the oldest admissions first: they are the nearest to the staleness bound.
@@ -1217,9 +1213,10 @@ func (b *Buffer) split(g *group, v int64) (ok, base []proto.Episode, masked int,
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	// A member its rollout stopped (rollout.Config.StopStale, proto.StatusStale) was stopped because the
-	// trainer had passed its admission version by more than Eta: it is stale whatever version this batch
-	// is composed for (this buffer's view of the version can lag), and so is every member admitted no later.
+	// A member its rollout stopped (rollout.Config.StopStale, proto.StatusStale) was stopped because no
+	// batch could take it any more (the closed mark, or the trainer past its admission version by more than
+	// Eta): it is stale whatever version this batch is composed for (this buffer's view of the version can
+	// lag), and so is every member admitted no later.
 	stoppedAt := int64(-1)
 	for _, m := range g.members {
 		if m.ep.Status == proto.StatusStale {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
@@ -17,6 +18,13 @@ import (
 // Counter is the admission key of one mesh.
 type Counter struct {
 	kv jetstream.KeyValue
+	// closed is the closed mark as this counter last wrote or read it, with its revision: its writer (the
+	// replay-buffer) raises it in one write while nobody else has written it.
+	closed struct {
+		sync.Mutex
+		below int64
+		rev   uint64 // 0: not known yet
+	}
 }
 
 // Bind opens the admission bucket.
@@ -107,36 +115,61 @@ func isConflict(err error) bool {
 // version under it any more. A lower or equal mark leaves it as it is; a stored value that does not
 // decode is replaced; a lost race with another writer is retried.
 func (c *Counter) Close(ctx context.Context, below int64) error {
-	for {
-		var cur proto.AdmissionClosed
-		var rev uint64
-		e, err := c.kv.Get(ctx, proto.KeyAdmissionClosed)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return fmt.Errorf("read closed mark: %w", err)
-		default:
-			rev = e.Revision()
-			if err := codec.Unmarshal(e.Value(), &cur); err != nil {
-				cur.Below = math.MinInt64
-			}
+	c.closed.Lock()
+	defer c.closed.Unlock()
+	cur, rev := c.closed.below, c.closed.rev
+	if rev == 0 || cur >= below {
+		// Not known yet, or to be left as it is: only what is stored can say (another writer may have
+		// changed it since).
+		var err error
+		if cur, rev, err = c.readClosed(ctx); err != nil {
+			return err
 		}
-		if rev != 0 && cur.Below >= below {
+	}
+	for {
+		if rev != 0 && cur >= below {
+			c.closed.below, c.closed.rev = cur, rev
 			return nil
 		}
 		b, err := codec.Marshal(proto.AdmissionClosed{Schema: proto.SchemaVersion, Below: below}, 0)
 		if err != nil {
 			return err
 		}
+		var wrote uint64
 		if rev == 0 {
-			_, err = c.kv.Create(ctx, proto.KeyAdmissionClosed, b)
+			wrote, err = c.kv.Create(ctx, proto.KeyAdmissionClosed, b)
 		} else {
-			_, err = c.kv.Update(ctx, proto.KeyAdmissionClosed, b, rev)
+			wrote, err = c.kv.Update(ctx, proto.KeyAdmissionClosed, b, rev)
 		}
-		if err == nil || !isConflict(err) {
+		if err == nil {
+			c.closed.below, c.closed.rev = below, wrote
+			return nil
+		}
+		if !isConflict(err) {
+			return err
+		}
+		// Another writer was first: read the mark and decide again.
+		if cur, rev, err = c.readClosed(ctx); err != nil {
 			return err
 		}
 	}
+}
+
+// readClosed returns the stored closed mark and its revision (0 when there is none); a value that does
+// not decode reads as the lowest mark, so that any Close replaces it.
+func (c *Counter) readClosed(ctx context.Context) (int64, uint64, error) {
+	e, err := c.kv.Get(ctx, proto.KeyAdmissionClosed)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, 0, nil
+	case err != nil:
+		return 0, 0, fmt.Errorf("read closed mark: %w", err)
+	}
+	var m proto.AdmissionClosed
+	if err := codec.Unmarshal(e.Value(), &m); err != nil {
+		return math.MinInt64, e.Revision(), nil
+	}
+	return m.Below, e.Revision(), nil
 }
 
 // WatchClosed calls f with the closed mark as it is now (if set) and each time it changes, until ctx
