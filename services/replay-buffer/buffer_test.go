@@ -409,8 +409,9 @@ func TestBatchRaisesTheClosedMark(t *testing.T) {
 	}
 }
 
-// A member its rollout stopped as stale (the rollout saw a version past its bound that this buffer has not
-// seen yet) takes its group with it: its members share the admission version the trainer has passed.
+// A member its rollout stopped as stale (the rollout saw a closed mark or a version past its bound that this
+// buffer's view does not show yet) takes its group with it: its members share the admission version no batch
+// can take any more.
 func TestStoppedMemberMakesItsGroupStale(t *testing.T) {
 	m := newMesh(t)
 	m.setVersion(t, 5)
