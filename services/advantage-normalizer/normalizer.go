@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/service"
@@ -78,6 +79,10 @@ type Stats struct {
 	Batches      int64 `json:"batches"`
 	Episodes     int64 `json:"episodes"`
 	DeadLettered int64 `json:"dead_lettered"`
+	// Refunded counts the admissions given back for the episodes of dead-lettered batches (they will
+	// never train); RefundErrors the refunds that failed (their room in the staleness gate stays taken).
+	Refunded     int64 `json:"admissions_refunded"`
+	RefundErrors int64 `json:"refund_errors"`
 }
 
 // New validates the configuration and builds the service.
@@ -123,6 +128,10 @@ func (n *Normalizer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("advantage-normalizer consumer: %w", err)
 	}
+	counter, err := admission.Bind(ctx, js)
+	if err != nil {
+		return err
+	}
 	svc, err := service.Announce(n.deps.Conn, "advantage-normalizer", n.cfg.ID, func() any { return n.Stats() })
 	if err != nil {
 		return err
@@ -132,38 +141,36 @@ func (n *Normalizer) Run(ctx context.Context) error {
 	defer n.running.Store(false)
 	log.Info().Bool("task_norm", n.cfg.TaskNorm).Float64("abnormal_reward", n.cfg.AbnormalReward).Float64("flat_group_coef", n.cfg.FlatGroupCoef).Msg("advantage-normalizer started")
 	err = bus.ConsumeInOrder(ctx, cons, 16, log, func(m jetstream.Msg) error {
-		n.handle(ctx, js, m, log)
+		n.handle(ctx, js, counter, m, log)
 		return nil
 	})
 	log.Info().Interface("stats", n.Stats()).Msg("advantage-normalizer stopped")
 	return err
 }
 
-func (n *Normalizer) handle(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, log zerolog.Logger) {
+func (n *Normalizer) handle(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, m jetstream.Msg, log zerolog.Logger) {
 	var b proto.Batch
 	err := codec.Unmarshal(m.Data(), &b)
+	if err != nil {
+		b.Episodes = nil // what a failed decode filled in is not a count to give back
+	}
 	var tb *proto.TrainBatch
 	if err == nil {
 		tb, err = Advantages(&b, Options{AbnormalReward: n.cfg.AbnormalReward, TaskNorm: n.cfg.TaskNorm, FlatGroupCoef: n.cfg.FlatGroupCoef})
 	}
+	var data []byte
+	if err == nil {
+		// A train batch that cannot be encoded within the limit never will be: refused like a bad batch.
+		data, err = codec.Marshal(tb, proto.MaxBatchBytes)
+	}
 	if err != nil {
-		n.batches.WithLabelValues("refused").Inc()
-		n.mu.Lock()
-		n.stats.DeadLettered++
-		n.mu.Unlock()
-		log.Error().Err(err).Str("batch", b.ID).Msg("batch refused; dead-lettered")
-		if err := bus.DeadLetter(ctx, js, "advantage-normalizer", m, err); err != nil {
-			log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
-		}
+		n.refuse(ctx, js, counter, m, &b, err, log)
 		return
 	}
-	data, err := codec.Marshal(tb, proto.MaxBatchBytes)
-	if err == nil {
-		// Publish even if ctx is ending: the batch in hand is finished, then acked.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_, err = bus.PublishOnce(pctx, js, proto.SubjectTrain, tb.ID, data)
-		cancel()
-	}
+	// Publish even if ctx is ending: the batch in hand is finished, then acked.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	_, err = bus.PublishOnce(pctx, js, proto.SubjectTrain, tb.ID, data)
+	cancel()
 	if err != nil {
 		log.Error().Err(err).Str("batch", b.ID).Msg("publish train batch; will be redelivered")
 		_ = m.Nak()
@@ -178,4 +185,36 @@ func (n *Normalizer) handle(ctx context.Context, js jetstream.JetStream, m jetst
 	n.stats.Episodes += int64(len(tb.Episodes))
 	n.mu.Unlock()
 	log.Debug().Str("batch", b.ID).Int("episodes", len(tb.Episodes)).Msg("train batch published")
+}
+
+// refuse dead-letters a batch that cannot become a train batch, and gives the staleness gate back the
+// admissions of its episodes: they left the replay-buffer as published, so nothing else will, and the
+// room they hold would otherwise stay taken for good (enough refused batches would shut the gate). A batch
+// that did not decode has no episodes to count; a redelivery of one already dead-lettered refunds nothing.
+func (n *Normalizer) refuse(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, m jetstream.Msg, b *proto.Batch, err error, log zerolog.Logger) {
+	n.batches.WithLabelValues("refused").Inc()
+	n.mu.Lock()
+	n.stats.DeadLettered++
+	n.mu.Unlock()
+	log.Error().Err(err).Str("batch", b.ID).Int("episodes", len(b.Episodes)).Msg("batch refused; dead-lettered")
+	first, err := bus.DeadLetterFirst(ctx, js, "advantage-normalizer", m, err)
+	if err != nil {
+		log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
+	}
+	if !first || len(b.Episodes) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = counter.Refund(rctx, int64(len(b.Episodes)))
+	cancel()
+	n.mu.Lock()
+	if err != nil {
+		n.stats.RefundErrors++
+	} else {
+		n.stats.Refunded += int64(len(b.Episodes))
+	}
+	n.mu.Unlock()
+	if err != nil {
+		log.Error().Err(err).Str("batch", b.ID).Int("episodes", len(b.Episodes)).Msg("admissions of a refused batch not given back")
+	}
 }

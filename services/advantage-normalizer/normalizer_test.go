@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	normalizer "github.com/jetrl/jetrl/services/advantage-normalizer"
+	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go"
@@ -217,6 +218,14 @@ func TestMalformedBatchIsDeadLettered(t *testing.T) {
 	if got := counter(t, f.reg, "jetrl_normalizer_batches_total", "outcome", "refused"); got != 3 {
 		t.Fatalf("refused counter = %v, want 3", got)
 	}
+	// The NaN batch's 4 episodes will never train: their admissions go back to the staleness gate. The
+	// batches that did not decode have none to count.
+	if got := refunded(t, f); got != 4 {
+		t.Fatalf("admissions refunded = %d, want the NaN batch's 4", got)
+	}
+	if s := f.n.Stats(); s.Refunded != 4 || s.RefundErrors != 0 {
+		t.Fatalf("stats = %+v, want 4 refunded and no refund errors", s)
+	}
 
 	// The stream is not blocked: the next good batch flows.
 	f.publishBatch(t, "b-after", smallBatch())
@@ -293,5 +302,55 @@ func TestNewValidates(t *testing.T) {
 	}
 	if err := n.Run(testCtx(t)); err == nil || !strings.Contains(err.Error(), "consumer") {
 		t.Fatalf("Run without topology = %v, want a consumer error", err)
+	}
+}
+
+// refunded reads the admissions given back to the staleness gate.
+func refunded(t *testing.T, f *fixture) int64 {
+	t.Helper()
+	c, err := admission.Bind(testCtx(t), f.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := c.Read(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Refunded
+}
+
+// A batch that fits the batches stream but whose train batch (8 more bytes per turn) would not fit the
+// train stream is refused, not retried for ever: it is dead-lettered, its admissions given back, and the
+// batches after it flow.
+func TestTrainBatchOverLimitIsDeadLettered(t *testing.T) {
+	f := start(t, normalizer.DefaultConfig())
+	perTurn := func(n int) int {
+		b := &proto.Batch{Schema: proto.SchemaVersion, ID: "b-big", Episodes: []proto.Episode{
+			episode("g-0", "g", "alfworld", 2, n, proto.StatusCompleted, 1),
+			episode("g-1", "g", "alfworld", 2, n, proto.StatusCompleted, 0),
+		}}
+		return len(mustMarshal(t, b))
+	}
+	base, per := perTurn(0), float64(perTurn(1000)-perTurn(0))/2000
+	n := int(float64(proto.MaxBatchBytes-4096-base) / per / 2)
+	big := &proto.Batch{Schema: proto.SchemaVersion, ID: "b-big", Episodes: []proto.Episode{
+		episode("g-0", "g", "alfworld", 2, n, proto.StatusCompleted, 1),
+		episode("g-1", "g", "alfworld", 2, n, proto.StatusCompleted, 0),
+	}}
+	data := mustMarshal(t, big)
+	if len(data) > proto.MaxBatchBytes || len(data)+8*2*n <= proto.MaxBatchBytes {
+		t.Fatalf("test batch is %d bytes with %d turns: it must fit the limit and its advantages must not", len(data), 2*n)
+	}
+	f.publish(t, "b-big", data)
+	eventually(t, 20*time.Second, "the dead letter of the oversized train batch", func() bool { return f.msgs(t, proto.StreamDeadLetter) == 1 })
+	m := f.get(t, proto.StreamDeadLetter, 1)
+	if reason := m.Header.Get(proto.HeaderDeadLetterReason); !strings.HasPrefix(reason, proto.ErrPayloadTooLarge.Error()) {
+		t.Fatalf("reason %q, want it to start with %q", reason, proto.ErrPayloadTooLarge.Error())
+	}
+	eventually(t, 5*time.Second, "the refund", func() bool { return refunded(t, f) == 2 })
+	f.publishBatch(t, "b-after", smallBatch())
+	eventually(t, 10*time.Second, "the good batch after the oversized one", func() bool { return f.msgs(t, proto.StreamTrain) == 1 })
+	if s := f.n.Stats(); s.DeadLettered != 1 || s.Refunded != 2 || s.Batches != 1 {
+		t.Fatalf("stats = %+v, want 1 dead-lettered, 2 refunded, 1 published", s)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/policy"
@@ -174,6 +175,10 @@ type Stats struct {
 	Staleness     []int64 `json:"staleness_episodes"`
 	TurnStaleness []int64 `json:"staleness_turns"`
 	DeadLettered  int64   `json:"dead_lettered"`
+	// Refunded counts the admissions given back for the episodes of refused batches (they will never
+	// train); RefundErrors the refunds that failed (their room in the staleness gate stays taken).
+	Refunded     int64 `json:"admissions_refunded"`
+	RefundErrors int64 `json:"refund_errors"`
 	// BusySeconds is the time this process spent applying batches, from taking one to acking it: the
 	// update, the checkpoint, publishing the weights and the version. UpdateSeconds is the update alone.
 	// BusyFraction is BusySeconds over the wall time since the first batch this process took.
@@ -236,6 +241,8 @@ type stores struct {
 	kv      jetstream.KeyValue
 	weights jetstream.ObjectStore
 	cps     jetstream.ObjectStore
+	// counter is the staleness gate's admission counter: a refused batch gives its episodes' admissions back.
+	counter *admission.Counter
 }
 
 // Run restores the checkpoint (or starts a new policy), publishes the current version, then applies train
@@ -255,6 +262,9 @@ func (t *Trainer) Run(ctx context.Context) error {
 	}
 	if st.cps, err = st.js.ObjectStore(ctx, proto.BucketCheckpoints); err != nil {
 		return fmt.Errorf("object store %s: %w", proto.BucketCheckpoints, err)
+	}
+	if st.counter, err = admission.Bind(ctx, st.js); err != nil {
+		return err
 	}
 	if err := t.restore(ctx, st, log); err != nil {
 		return err
@@ -414,7 +424,7 @@ func (t *Trainer) publishVersion(ctx context.Context, st stores, force bool) err
 func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log zerolog.Logger) error {
 	var tb proto.TrainBatch
 	if err := codec.Unmarshal(m.Data(), &tb); err != nil {
-		t.refuse(ctx, st, m, err, log)
+		t.refuse(ctx, st, m, err, 0, log) // no episodes to count
 		return nil
 	}
 	if tb.ID == t.cp.LastBatchID || slices.Contains(t.cp.RecentBatches, tb.ID) {
@@ -447,15 +457,17 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	eps, from, dups, stale, maxStale := t.admit(tb.Episodes)
 	var ss StepStats
 	var err error
-	prev := t.model.Clone() // a refused batch leaves the weights as they were
+	// A refused batch leaves the weights and the optimizer's state as they were: an epoch that fails may
+	// follow epochs that already stepped both.
+	prev, prevAdam := t.model.Clone(), t.adam.Clone()
 	updateStart := time.Now()
 	if len(eps) > 0 {
 		ss, err = t.update(eps, from)
 	}
 	updateTook := time.Since(updateStart)
 	if err != nil {
-		t.model = prev
-		t.refuse(ctx, st, m, err, log)
+		t.model, t.adam = prev, prevAdam
+		t.refuse(ctx, st, m, err, len(eps)+stale, log)
 		return nil
 	}
 	t.cp.Version++
@@ -756,13 +768,34 @@ func (t *Trainer) update(eps []proto.TrainEpisode, from []int) (StepStats, error
 	return first, nil
 }
 
-func (t *Trainer) refuse(ctx context.Context, st stores, m jetstream.Msg, err error, log zerolog.Logger) {
+// refuse dead-letters a train batch that cannot be applied, and gives the staleness gate back the
+// admissions of its episodes that this trainer had not taken before (a batch's episodes are counted as
+// consumed only when it trains): without that the room they hold would stay taken for good, and enough
+// refused batches would shut the gate. A redelivery of a batch already dead-lettered refunds nothing.
+func (t *Trainer) refuse(ctx context.Context, st stores, m jetstream.Msg, err error, episodes int, log zerolog.Logger) {
 	t.batches.WithLabelValues("refused").Inc()
 	t.mu.Lock()
 	t.stats.DeadLettered++
 	t.mu.Unlock()
-	log.Error().Err(err).Msg("train batch refused; dead-lettered")
-	if err := bus.DeadLetter(ctx, st.js, "trainer", m, err); err != nil {
+	log.Error().Err(err).Int("episodes", episodes).Msg("train batch refused; dead-lettered")
+	first, err := bus.DeadLetterFirst(ctx, st.js, "trainer", m, err)
+	if err != nil {
 		log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
+	}
+	if !first || episodes == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = st.counter.Refund(rctx, int64(episodes))
+	cancel()
+	t.mu.Lock()
+	if err != nil {
+		t.stats.RefundErrors++
+	} else {
+		t.stats.Refunded += int64(episodes)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		log.Error().Err(err).Int("episodes", episodes).Msg("admissions of a refused batch not given back")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/services/trainer"
+	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
@@ -668,6 +669,15 @@ func TestRefusedBatchesAreDeadLettered(t *testing.T) {
 	s := r.tr.Stats()
 	if s.DeadLettered != 4 || s.Version != 0 || s.Batches != 0 || s.EpisodesTrained != 0 {
 		t.Fatalf("stats = %+v, want 4 dead-lettered, nothing applied", s)
+	}
+	// The two batches that decoded will never train: their 2 + 2 episodes' admissions go back to the
+	// staleness gate (the other two have no episodes to count).
+	counter, err := admission.Bind(testCtx(t), m.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := counter.Read(testCtx(t)); err != nil || a.Refunded != 4 || s.Refunded != 4 || s.RefundErrors != 0 {
+		t.Fatalf("admissions refunded %d (err %v), stats %+v; want 4 and no refund errors", a.Refunded, err, s)
 	}
 	if rec, _ := m.current(t); rec.Version != 0 || rec.SHA256 != rec0.SHA256 {
 		t.Fatalf("a refused batch changed the published policy: %+v", rec)

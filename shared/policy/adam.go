@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 )
 
 // Adam defaults. Every weight feeds many pair features, so a step of 0.01 per weight already moves a
@@ -66,6 +67,14 @@ type Adam struct {
 func NewAdam(n int, cfg AdamConfig) *Adam {
 	cfg.SetDefaults()
 	return &Adam{Config: cfg, m: make([]float32, max(n, 0)), v: make([]float32, max(n, 0))}
+}
+
+// Clone returns a copy of the state that later steps of either leave apart.
+func (a *Adam) Clone() *Adam {
+	c := *a
+	c.m = slices.Clone(a.m)
+	c.v = slices.Clone(a.v)
+	return &c
 }
 
 // Steps is the number of updates applied so far.

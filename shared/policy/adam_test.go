@@ -112,3 +112,26 @@ func TestAdamStateRoundTrip(t *testing.T) {
 		t.Errorf("state into the zero Adam: %v", err)
 	}
 }
+
+func TestAdamCloneIsIndependent(t *testing.T) {
+	a := NewAdam(4, AdamConfig{})
+	w := []float32{1, 2, 3, 4}
+	if err := a.Step(w, []float64{0.1, -0.2, 0.3, -0.4}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := a.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := a.Clone()
+	if err := a.Step(w, []float64{1, 1, 1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) || c.Steps() != 1 || a.Steps() != 2 {
+		t.Fatalf("a step of the original moved its clone: steps %d and %d", a.Steps(), c.Steps())
+	}
+}
