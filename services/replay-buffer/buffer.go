@@ -259,7 +259,10 @@ type Stats struct {
 	DroppedStale int64 `json:"dropped_stale"`
 	Masked       int64 `json:"masked_infra"`
 	DroppedGroup int64 `json:"dropped_small_group"`
-	Missing      int64 `json:"missing_timeout"`
+	// Oversized counts the usable members of groups too large for any batch: with the advantages added
+	// they would not fit proto.MaxBatchBytes (see batchBudget).
+	Oversized int64 `json:"dropped_oversized_group"`
+	Missing   int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
 	Cut int64 `json:"cut_playing"`
 	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
@@ -904,8 +907,8 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	b.held, b.wakeAt = false, time.Time{}
 	b.sortReady()
 	v := seen
-	take, keep, usable := b.compose(v)
-	wait := usable > 0 && usable < b.cfg.BatchSize // not enough yet: decide again with more groups or a new version
+	take, keep, usable, full := b.compose(v)
+	wait := usable > 0 && usable < b.cfg.BatchSize && !full // not enough yet: decide again with more groups or a new version
 	if !wait && usable > 0 {
 		ahead, full := b.queued(ctx, js, log)
 		switch {
@@ -914,13 +917,13 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		case ahead > 0:
 			// The batch trains after those ahead of it: its staleness is counted at that version.
 			v = seen + int64(ahead)
-			take, keep, usable = b.compose(v)
-			wait = usable > 0 && usable < b.cfg.BatchSize
+			take, keep, usable, full = b.compose(v)
+			wait = usable > 0 && usable < b.cfg.BatchSize && !full
 		}
 	}
 	if !wait && usable > 0 && b.cut(v, log) {
 		b.sortReady()
-		take, keep, usable = b.compose(v)
+		take, keep, usable, _ = b.compose(v)
 	}
 	if wait {
 		// Groups with nothing to train (every member masked or stale, or too few left) never will have:
@@ -1001,20 +1004,53 @@ func (b *Buffer) sortReady() {
 // compose goes through the ready groups (sorted, oldest admission first) as a batch composed for trainer
 // version v would: the groups it takes (with their usable members at v, nil when too few), the groups left
 // for a later batch, and the usable episodes taken.
-func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int) {
+func (b *Buffer) compose(v int64) (take []settled, keep []*group, usable int, full bool) {
+	size := 0
 	for _, g := range b.ready {
 		ok, base, masked, stale := b.split(g, v)
 		if len(ok) == 0 || len(ok)+len(base) < b.cfg.MinGroup {
 			ok, base = nil, nil
 		}
+		n, over := 0, false
+		if ok != nil {
+			n = g.wireBytes(ok) + g.wireBytes(base)
+			if over = n > batchBudget; over {
+				ok, base = nil, nil // no batch can carry it: settled as a group that cannot train
+			}
+		}
 		if usable >= b.cfg.BatchSize && usable+len(ok) > b.cfg.MaxBatchSize {
 			keep = append(keep, g)
 			continue
 		}
+		if ok != nil && size+n > batchBudget {
+			// It would take the batch past the byte limit: it goes in the next one, and this one goes with
+			// what it has (waiting for more groups would not let it grow).
+			keep, full = append(keep, g), true
+			continue
+		}
 		usable += len(ok)
-		take = append(take, settled{g, ok, base, masked, stale})
+		size += n
+		take = append(take, settled{g: g, ok: ok, base: base, masked: masked, stale: stale, oversized: over})
 	}
-	return take, keep, usable
+	return take, keep, usable, full
+}
+
+// batchBudget bounds the encoded episodes of one batch, so that the batch, and the train batch the
+// advantage-normalizer makes of it (each turn's advantage added), fit proto.MaxBatchBytes; the rest is
+// left for the batches' headers and per-task statistics.
+const batchBudget = proto.MaxBatchBytes - 64<<10
+
+// wireBytes bounds what eps, members of g, add to a train batch: each one's message as published, a turn's
+// advantage (a float64) and the train episode's framing.
+func (g *group) wireBytes(eps []proto.Episode) int {
+	n := 0
+	for i := range eps {
+		n += 8*len(eps[i].Turns) + 64
+		if m, ok := g.members[eps[i].ID]; ok && m.msg != nil {
+			n += len(m.msg.Data())
+		}
+	}
+	return n
 }
 
 // composeAhead reports whether, with ahead batches queued, the next batch (for version v) is composed now
@@ -1083,6 +1119,8 @@ type settled struct {
 	base   []proto.Episode
 	masked int
 	stale  Tally
+	// oversized says the group could train but no batch can carry it (batchBudget).
+	oversized bool
 }
 
 // owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
@@ -1103,9 +1141,13 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 	}
 	for _, t := range ts {
 		missing := t.g.size - len(t.g.members)
-		small := 0
+		small, oversized := 0, 0
 		if t.ok == nil {
 			small = len(t.g.members) - t.masked - int(t.stale.Episodes)
+		}
+		if t.oversized {
+			small, oversized = 0, small
+			b.deps.Log.Warn().Str("group", t.g.id).Str("task", t.g.task).Int("episodes", oversized).Int("limit_bytes", batchBudget).Msg("group too large for any batch; dropped")
 		}
 		stale := t.stale.Episodes - int64(len(t.base)) // those sent along are the trainer's to count
 		b.count(func(s *Stats) {
@@ -1129,6 +1171,7 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 				s.Missing += int64(missing)
 			}
 			s.DroppedGroup += int64(small)
+			s.Oversized += int64(oversized)
 		})
 		b.dropped.WithLabelValues("infra").Add(float64(t.masked))
 		b.dropped.WithLabelValues("stale").Add(float64(stale))
@@ -1138,6 +1181,7 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 			b.dropped.WithLabelValues("missing").Add(float64(missing))
 		}
 		b.dropped.WithLabelValues("small-group").Add(float64(small))
+		b.dropped.WithLabelValues("oversized").Add(float64(oversized))
 		for _, m := range t.g.members {
 			_ = m.msg.Ack()
 		}

@@ -705,3 +705,63 @@ func TestTurnStalenessKeepsMembersWithRecentTurns(t *testing.T) {
 		t.Fatalf("stale by task %v, batched %v", s.DroppedStaleByTask, s.BatchedByTask)
 	}
 }
+
+// big is episode k of group g with an observation of about n bytes.
+func big(g string, k, size, n int) proto.Episode {
+	e := ep(g, k, size, 0)
+	e.Turns[0].Observation = strings.Repeat("x", n)
+	return e
+}
+
+// A batch stops at the byte limit (its train batch must fit proto.MaxBatchBytes): the groups past it wait
+// for the next batch, and the batch goes without waiting for B episodes it could not carry.
+func TestBatchStopsAtTheByteLimit(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(12))
+	for g := range 5 { // 5 groups of 2 episodes of 900 kB: 9 MB, more than one batch can carry
+		for k := range 2 {
+			m.publish(t, big(fmt.Sprintf("g%d", g), k, 2, 900<<10), "")
+		}
+	}
+	eventually(t, 20*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	b := m.batch(t, 1)
+	if len(b.Episodes) != 8 {
+		t.Fatalf("batch holds %d episodes (%v), want the 4 groups that fit", len(b.Episodes), ids(b))
+	}
+	if n := len(mustMarshal(t, b)); n > proto.MaxBatchBytes-8*len(b.Episodes) {
+		t.Fatalf("batch is %d bytes: its train batch would not fit %d", n, proto.MaxBatchBytes)
+	}
+	if s := r.b.Stats(); s.Batched != 8 || s.Oversized != 0 || s.Received != 10 {
+		t.Fatalf("stats = %+v, want 10 received, 8 batched, none oversized", s)
+	}
+	// The fifth group is kept for the next batch (with fewer than B, it waits for more).
+	m.publish(t, ep("g9", 0, 2, 0), "")
+	m.publish(t, ep("g9", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "the new group received", func() bool { return r.b.Stats().Received == 12 })
+	if n := m.msgs(t, proto.StreamBatches); n != 1 {
+		t.Fatalf("%d batches, want the fifth group to wait for B", n)
+	}
+}
+
+// A group whose members alone would not fit a batch can never train: it is dropped, counted and its
+// admissions given back, and the groups after it flow.
+func TestGroupTooLargeForAnyBatchIsDropped(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	for k := range 10 { // 10 episodes of 900 kB in one group
+		m.publish(t, big("huge", k, 10, 900<<10), "")
+	}
+	eventually(t, 20*time.Second, "the group refunded", func() bool { return m.refunded(t) == 10 })
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if s := r.b.Stats(); s.Oversized != 10 || s.DroppedGroup != 0 || s.Batches != 0 {
+		t.Fatalf("stats = %+v, want 10 oversized, none dropped as small, no batch", s)
+	}
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, ep("g1", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch after the oversized group", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+}
