@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,11 +21,13 @@ import (
 type replayCmd struct {
 	Stream  string        `arg:"" enum:"episodes,batches,train,deadletter" help:"Stream to read: episodes, batches, train or deadletter."`
 	NATS    string        `name:"nats" help:"NATS server URL of a running mesh."`
-	Data    string        `name:"data" help:"JetStream folder of an embedded run (e.g. out/run/nats), opened read-only by a private server."`
+	Data    string        `name:"data" help:"JetStream folder of an embedded run (e.g. out/run/nats), opened read-only: a private server serves a temporary copy of it (under TMPDIR)."`
 	FromSeq uint64        `name:"from-seq" help:"Start at this stream sequence."`
 	Since   time.Duration `name:"since" help:"Start this long ago (e.g. 10m)."`
 	Task    string        `name:"task" help:"Only episodes of this task (episodes stream: filters by subject)."`
 	Limit   int           `name:"limit" default:"0" help:"Stop after this many messages (0: all stored now)."`
+
+	out io.Writer // the JSON lines; nil: standard output
 }
 
 var replayStreams = map[string]string{
@@ -52,7 +56,19 @@ func (c *replayCmd) Run(g *globals) error {
 		if _, err := os.Stat(c.Data); err != nil {
 			return fmt.Errorf("--data: %w", err)
 		}
-		srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: c.Data, Name: "jetrl-replay"})
+		// A JetStream server writes to its store: it deletes messages past their stream's MaxAge and
+		// rewrites stream and consumer state. The private server therefore serves a copy, so that the
+		// run's folder is only read and keeps its data.
+		tmp, err := os.MkdirTemp("", "jetrl-replay-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		store := filepath.Join(tmp, "nats")
+		if err := os.CopyFS(store, os.DirFS(c.Data)); err != nil {
+			return fmt.Errorf("--data: copy: %w", err)
+		}
+		srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: store, Name: "jetrl-replay"})
 		if err != nil {
 			return err
 		}
@@ -91,7 +107,11 @@ func (c *replayCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(os.Stdout)
+	out := c.out
+	if out == nil {
+		out = os.Stdout
+	}
+	enc := json.NewEncoder(out)
 	last := info.State.LastSeq
 	for n := 0; c.Limit == 0 || n < c.Limit; n++ {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -30,6 +30,7 @@ import (
 	"github.com/jetrl/jetrl/shared/policy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -244,6 +245,7 @@ func (c *upCmd) Run(g *globals) error {
 	deadline := time.NewTimer(budget)
 	defer deadline.Stop()
 	progress := newProgress(budget, c.Quiet)
+	evals := &periodicEvals{metrics: metrics, progress: progress, log: log}
 	var evalTick <-chan time.Time
 	if c.EvalEvery > 0 {
 		t := time.NewTicker(c.EvalEvery)
@@ -293,12 +295,11 @@ loop:
 			}(time.Since(start))
 		case o := <-evalDone:
 			evalBusy = false
-			if o.err != nil {
-				continue
+			ok, err := evals.record(o, m.Trainer.Stats().EpisodesTrained)
+			if err != nil {
+				return err
 			}
-			_ = metrics.Add(evalPoint(o.at.Seconds(), o.version, m.Trainer.Stats().EpisodesTrained, o.res))
-			progress.note(o.res)
-			if c.Target > 0 && allAtLeast(o.res, c.Target) {
+			if ok && c.Target > 0 && allAtLeast(o.res, c.Target) {
 				reached = true
 				break loop
 			}
@@ -359,6 +360,10 @@ loop:
 	fmt.Print(runout.Table(sum.Tasks))
 	fmt.Printf("trained %d episodes to policy version %d in %s; max staleness %d (eta %d), %d stale episodes dropped\n",
 		sum.EpisodesTrained, sum.PolicyVersion, wall.Round(time.Second), sum.Staleness.MaxObserved, c.Eta, sum.Staleness.DroppedEpisodes)
+	if evals.failed > 0 {
+		fmt.Printf("%d of %d held-out evaluations during training failed (see %s)\n", evals.failed, evals.failed+evals.done,
+			filepath.Join(c.Out, runout.LogFile))
+	}
 	if sum.Interrupted {
 		fmt.Printf("interrupted after %s of %s: the results are those of the policy at that point\n", wall.Round(time.Second), budget)
 	}
@@ -435,6 +440,35 @@ func evalCurrent(ctx context.Context, js jetstream.JetStream, env *envclient.Cli
 	return mesh.EvaluateCurrent(ctx, js, env, rollout.EvalConfig{Tasks: tasks, Episodes: n, Seed: seed})
 }
 
+// periodicEvals records the held-out evaluations made during training: a result as a point of the metrics
+// file and on the progress display, a failure in the log and in a count the progress display and the end of
+// the run report.
+type periodicEvals struct {
+	metrics  *runout.Metrics
+	progress *progress
+	log      zerolog.Logger
+	done     int // evaluations recorded
+	failed   int // evaluations that failed
+}
+
+// record takes the outcome of one evaluation, trained being the episodes trained when it is taken. It says
+// whether the evaluation succeeded, and returns an error only if its point could not be written.
+func (e *periodicEvals) record(o evalOutcome, trained int64) (bool, error) {
+	if o.err != nil {
+		e.failed++
+		e.progress.failedEvals = e.failed
+		e.log.Warn().Err(o.err).Int64("version", o.version).Dur("at", o.at).Int("failed", e.failed).
+			Msg("held-out evaluation during training failed")
+		return false, nil
+	}
+	if err := e.metrics.Add(evalPoint(o.at.Seconds(), o.version, trained, o.res)); err != nil {
+		return false, err
+	}
+	e.done++
+	e.progress.note(o.res)
+	return true, nil
+}
+
 func evalPoint(seconds float64, version, trained int64, res map[string]rollout.EvalResult) runout.Point {
 	p := runout.Point{Kind: "eval", Seconds: seconds, Version: version, EpisodesTrained: trained, Tasks: map[string]runout.TaskPoint{}}
 	for t, r := range res {
@@ -472,6 +506,8 @@ type progress struct {
 	quiet     bool
 	lastPrint time.Time
 	heldout   string
+	// failedEvals counts the held-out evaluations during training that failed.
+	failedEvals int
 }
 
 func newProgress(budget time.Duration, quiet bool) *progress {
@@ -503,6 +539,9 @@ func (p *progress) update(elapsed time.Duration, version, episodes int64, recent
 		parts = append(parts, fmt.Sprintf("%s %3.0f%%", t, 100*recent[t].v))
 	}
 	desc := fmt.Sprintf("v%-4d %6d episodes | train success: %s%s", version, episodes, strings.Join(parts, " "), p.heldout)
+	if p.failedEvals > 0 {
+		desc += fmt.Sprintf(" | failed evaluations: %d", p.failedEvals)
+	}
 	if p.bar != nil {
 		p.bar.Describe(desc)
 		_ = p.bar.Set64(int64(elapsed.Seconds()))

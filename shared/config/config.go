@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,8 +59,8 @@ type Process struct {
 }
 
 // Run is a whole service process: it validates the settings, connects, makes sure the mesh's streams and
-// buckets exist, serves /metrics, runs the service until SIGINT/SIGTERM, and drains the connection. It
-// does not read the run config; Main does.
+// buckets exist, serves /metrics, runs the service until SIGINT/SIGTERM, and drains the connection,
+// returning once it is closed. It does not read the run config; Main does.
 func Run(name string, c Common, run func(ctx context.Context, p Process) error) error {
 	return serve(name, c, nil, run)
 }
@@ -77,11 +78,12 @@ func serve(name string, c Common, configure func(ctx context.Context, js jetstre
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	nc, err := bus.Connect(ctx, c.NATS, "jetrl-"+name, log)
+	closed := make(chan struct{})
+	nc, err := bus.Connect(ctx, c.NATS, "jetrl-"+name, log, notifyClosed(closed))
 	if err != nil {
 		return err
 	}
-	defer func() { _ = nc.Drain() }()
+	defer drain(nc, closed, log)
 	js, err := bus.JetStream(nc)
 	if err != nil {
 		return err
@@ -116,6 +118,41 @@ func serve(name string, c Common, configure func(ctx context.Context, js jetstre
 	}
 	return err
 }
+
+// notifyClosed is the connect option that closes closed once the connection is closed, after calling the
+// closed handler the earlier options set, if any.
+func notifyClosed(closed chan struct{}) nats.Option {
+	return func(o *nats.Options) error {
+		prev := o.ClosedCB
+		once := sync.OnceFunc(func() { close(closed) })
+		o.ClosedCB = func(nc *nats.Conn) {
+			if prev != nil {
+				prev(nc)
+			}
+			once()
+		}
+		return nil
+	}
+}
+
+// drain drains the connection and waits until it is closed, so that what the service published last
+// (final acks, replies) reaches the server before the process exits. Drain itself only starts draining;
+// closed is the channel notifyClosed closes. The wait is bounded by the connection's drain timeout, after
+// which the client closes the connection itself, and a little more.
+func drain(nc *nats.Conn, closed <-chan struct{}, log zerolog.Logger) {
+	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Warn().Err(err).Msg("drain")
+	}
+	wait := nc.Opts.DrainTimeout + drainGrace
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		log.Warn().Dur("waited", wait).Msg("connection not closed after draining; exiting anyway")
+	}
+}
+
+// drainGrace is how long drain waits beyond the drain timeout for the connection to close.
+const drainGrace = 2 * time.Second
 
 // A fresh JetStream cluster may take minutes to create replicated streams while it elects leaders, and it
 // may drop a request on a leader change without an answer: each attempt is bounded by topologyAttempt, and
