@@ -123,6 +123,7 @@ func TestGroupStartValidate(t *testing.T) {
 		{"wrong schema", func(g *proto.GroupStart) { g.Schema = 1 }, proto.ErrSchema},
 		{"no group id", func(g *proto.GroupStart) { g.GroupID = "" }, proto.ErrMalformed},
 		{"no group size", func(g *proto.GroupStart) { g.GroupSize = 0 }, proto.ErrMalformed},
+		{"group size over the bound", func(g *proto.GroupStart) { g.GroupSize = proto.MaxGroupSize + 1 }, proto.ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -146,6 +147,7 @@ func TestEpisodeValidate(t *testing.T) {
 		{"wrong schema", func(e *proto.Episode) { e.Schema = 99 }, proto.ErrSchema},
 		{"no id", func(e *proto.Episode) { e.ID = "" }, proto.ErrMalformed},
 		{"no group size", func(e *proto.Episode) { e.GroupSize = 0 }, proto.ErrMalformed},
+		{"group size over the bound", func(e *proto.Episode) { e.GroupSize = 1 << 30 }, proto.ErrMalformed},
 		{"nan reward", func(e *proto.Episode) { e.Reward = math.NaN() }, proto.ErrBadNumber},
 		{"chosen out of range", func(e *proto.Episode) { e.Turns[0].Chosen = 5 }, proto.ErrMalformed},
 		{"positive logprob", func(e *proto.Episode) { e.Turns[0].LogProb = 0.5 }, proto.ErrBadNumber},

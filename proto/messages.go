@@ -338,8 +338,8 @@ func (e *Episode) Validate() error {
 		return fmt.Errorf("%w: episode schema %d, want %d", ErrSchema, e.Schema, SchemaVersion)
 	case e.ID == "" || e.GroupID == "" || e.Task == "":
 		return fmt.Errorf("%w: episode needs id, group_id and task", ErrMalformed)
-	case e.GroupSize < 1:
-		return fmt.Errorf("%w: episode %s has group_size %d", ErrMalformed, e.ID, e.GroupSize)
+	case e.GroupSize < 1 || e.GroupSize > MaxGroupSize:
+		return fmt.Errorf("%w: episode %s has group_size %d (1 to %d)", ErrMalformed, e.ID, e.GroupSize, MaxGroupSize)
 	case math.IsNaN(e.Reward) || math.IsInf(e.Reward, 0):
 		return fmt.Errorf("%w: episode %s has reward %v", ErrBadNumber, e.ID, e.Reward)
 	}
@@ -425,8 +425,8 @@ func (g *GroupStart) Validate() error {
 		return fmt.Errorf("%w: group start schema %d, want %d", ErrSchema, g.Schema, SchemaVersion)
 	case g.GroupID == "":
 		return fmt.Errorf("%w: group start needs group_id", ErrMalformed)
-	case g.GroupSize < 1:
-		return fmt.Errorf("%w: group start %s has group_size %d", ErrMalformed, g.GroupID, g.GroupSize)
+	case g.GroupSize < 1 || g.GroupSize > MaxGroupSize:
+		return fmt.Errorf("%w: group start %s has group_size %d (1 to %d)", ErrMalformed, g.GroupID, g.GroupSize, MaxGroupSize)
 	}
 	return nil
 }

@@ -126,6 +126,9 @@ const (
 	MaxEpisodeBytes    = 1 << 20 // one episode
 	MaxBatchBytes      = 8 << 20 // one batch or train batch; needs max_payload >= this on the server
 	MaxEnvMessageBytes = 256 << 10
+	// MaxGroupSize bounds G, the episodes of one group: a group's size decides how many admissions the
+	// replay-buffer gives back for it, so no message may claim more.
+	MaxGroupSize = 4096
 	// MaxEnvBatchItems is the most calls one EnvStartBatch or EnvStepBatch carries.
 	MaxEnvBatchItems = 256
 	// MaxEnvBatchBytes bounds one env batch request or reply message; a batch reply that would be larger

@@ -414,6 +414,15 @@ func (s *session) closeIfIdle(log zerolog.Logger) {
 	}
 }
 
+// step applies call under the run lock, which it releases even if the game panics, and then releases the
+// instance if a close came while the step ran past its timeout.
+func (s *session) step(call proto.ToolCall, log zerolog.Logger) (task.Result, error) {
+	defer s.closeIfIdle(log)
+	s.run.Lock()
+	defer s.run.Unlock()
+	return s.sess.Step(call)
+}
+
 func (h *Host) handleStep(r request) {
 	var req proto.EnvStepRequest
 	if err := codec.Unmarshal(r.data, &req); err != nil {
@@ -484,10 +493,7 @@ func (h *Host) step(s *session, call proto.ToolCall) (res task.Result, err error
 				return
 			}
 		}
-		s.run.Lock()
-		r, err := s.sess.Step(call)
-		s.run.Unlock()
-		s.closeIfIdle(h.deps.Log) // a close that came while this step ran past its timeout
+		r, err := s.step(call, h.deps.Log)
 		done <- outcome{r, err}
 	}()
 	timer := time.NewTimer(h.cfg.CallTimeout)

@@ -208,6 +208,8 @@ type Buffer struct {
 
 	groups map[string]*group
 	ready  []*group // complete (or timed out) groups in completion order
+	// owedRefund is the admissions whose refund failed, given back with the next one (giveBack).
+	owedRefund int64
 	// live is what the rollout replicas' heartbeats said about the open groups.
 	live liveness
 	// read is the episodes stream sequence up to which every message has been received (from the
@@ -246,7 +248,7 @@ type Buffer struct {
 	episodes, dropped                       *prometheus.CounterVec
 	batches                                 prometheus.Counter
 	orphanedGroups, badHeartbeats, silences prometheus.Counter
-	closeErrors                             prometheus.Counter
+	closeErrors, refundErrors               prometheus.Counter
 	staleness                               prometheus.Histogram
 	pending                                 prometheus.Gauge
 }
@@ -262,7 +264,9 @@ type Stats struct {
 	// Oversized counts the usable members of groups too large for any batch: with the advantages added
 	// they would not fit proto.MaxBatchBytes (see batchBudget).
 	Oversized int64 `json:"dropped_oversized_group"`
-	Missing   int64 `json:"missing_timeout"`
+	// RefundErrors counts failed refunds of admissions; each is retried until it succeeds.
+	RefundErrors int64 `json:"refund_errors"`
+	Missing      int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
 	Cut int64 `json:"cut_playing"`
 	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
@@ -349,10 +353,11 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	b.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_replay_pending_groups", Help: "Groups held, complete or not."})
 	b.orphanedGroups = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_groups_orphaned_total", Help: "Groups released before their timeout because their rollout replica no longer plays them."})
 	b.silences = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_replica_silences_total", Help: "Times a rollout replica went without a heartbeat for longer than the replica timeout."})
+	b.refundErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_refund_errors_total", Help: "Failed refunds of admissions to the staleness gate (each is retried until it succeeds)."})
 	b.closeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_closed_mark_errors_total", Help: "Failed writes of the admission closed mark (rollouts then stop stale episodes only at the next version)."})
 	b.badHeartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_heartbeats_malformed_total", Help: "Rollout heartbeats that could not be decoded or validated."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences, b.closeErrors} {
+		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences, b.closeErrors, b.refundErrors} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("replay-buffer metrics: %w", err)
 			}
@@ -423,7 +428,13 @@ func (b *Buffer) Run(ctx context.Context) error {
 			}
 		})
 	}()
-	defer func() { stopWatch(); <-watchDone }()
+	watchEnded := false // its error read by the loop below
+	defer func() {
+		stopWatch()
+		if !watchEnded {
+			<-watchDone
+		}
+	}()
 
 	starts, err := js.CreateOrUpdateConsumer(ctx, proto.StreamGroups,
 		bus.ConsumerConfig(proto.ConsumerReplayBufferGroups, proto.SubjectGroupStart, 1<<15, ackWait))
@@ -489,6 +500,20 @@ func (b *Buffer) Run(ctx context.Context) error {
 			b.receive(ctx, js, m, log)
 		case m := <-startMsgs:
 			b.receiveStart(ctx, js, m, log)
+		case err := <-watchDone:
+			// The watch ends on its own only when it fails or its bucket's updates close: without it the
+			// buffer would go on composing for a version that no longer moves. It stops, visibly, and its
+			// supervisor restarts it; what it holds is unacked and comes again.
+			watchEnded = true
+			if ctx.Err() != nil {
+				log.Info().Interface("stats", b.Stats()).Msg("replay-buffer stopped")
+				return nil
+			}
+			if err == nil {
+				err = errors.New("the key-value watch closed its updates")
+			}
+			log.Error().Err(err).Msg("policy version watch ended: stopping the replay-buffer")
+			return fmt.Errorf("replay-buffer: policy version watch ended: %w", err)
 		case <-recheck:
 		case <-newVersion:
 			backoff = queueRecheck
@@ -502,6 +527,9 @@ func (b *Buffer) Run(ctx context.Context) error {
 		}
 		if err := b.release(ctx, js, counter, log); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("release batch")
+		}
+		if b.owedRefund > 0 {
+			b.giveBack(ctx, counter, 0)
 		}
 		recheck = nil
 		if b.held {
@@ -559,6 +587,13 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 		return
 	}
 	g := b.groups[ep.GroupID]
+	if g != nil && ep.GroupSize != g.size {
+		// Its group's size decides the admissions given back for it: a member that disagrees with the size
+		// its group was opened with cannot be accounted for.
+		b.refuse(ctx, js, m, "episode", fmt.Errorf("%w: episode %s says group %s has %d members; the group has %d",
+			proto.ErrMalformed, ep.ID, g.id, ep.GroupSize, g.size), log)
+		return
+	}
 	if g == nil {
 		g = &group{id: ep.GroupID, task: ep.Task, rollout: ep.RolloutID, size: ep.GroupSize, startVersion: ep.StartVersion, members: map[string]member{}, firstSeen: time.Now()}
 		b.groups[ep.GroupID] = g
@@ -687,6 +722,11 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 	g := b.groups[gs.GroupID]
 	if g == nil {
 		g = b.readyIDs[gs.GroupID] // its members were all read before its marker
+	}
+	if g != nil && gs.GroupSize != g.size {
+		b.refuse(ctx, js, m, "group start", fmt.Errorf("%w: group start %s has %d members; its members say %d",
+			proto.ErrMalformed, gs.GroupID, gs.GroupSize, g.size), log)
+		return
 	}
 	if g == nil {
 		b.count(func(s *Stats) { s.GroupStarts++ })
@@ -943,18 +983,14 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 			rest = append(rest, t.g)
 		}
 		if refund > 0 {
-			if err := counter.Refund(ctx, refund); err != nil {
-				return err
-			}
+			b.giveBack(ctx, counter, refund)
 			for _, t := range take {
 				if t.ok != nil {
 					t.g.refunded = t.g.size - len(t.ok) - len(t.base) // what it owed: only stale members can add to it
 				}
 			}
 		}
-		if err := b.settle(ctx, counter, none); err != nil {
-			return err
-		}
+		b.settle(ctx, counter, none)
 		b.ready = append(rest, keep...)
 		if !b.held {
 			b.readyChanged, b.checkedAt = false, seen
@@ -974,9 +1010,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		}
 		b.close(ctx, counter, v, log)
 	}
-	if err := b.settle(ctx, counter, take); err != nil {
-		return err
-	}
+	b.settle(ctx, counter, take)
 	b.ready = keep
 	return nil
 }
@@ -1129,16 +1163,12 @@ func (t settled) owed() int64 { return int64(t.g.size - len(t.ok) - len(t.base) 
 // settle closes groups that are in a published batch or cannot train: it refunds the admissions of every
 // member that will not reach the trainer, counts why, acks the members and the start marker, and
 // remembers the group id (late and repeated members are then recognised).
-func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []settled) error {
+func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []settled) {
 	var refund int64
 	for _, t := range ts {
 		refund += t.owed()
 	}
-	if refund > 0 {
-		if err := counter.Refund(ctx, refund); err != nil {
-			return err
-		}
-	}
+	b.giveBack(ctx, counter, refund)
 	for _, t := range ts {
 		missing := t.g.size - len(t.g.members)
 		small, oversized := 0, 0
@@ -1191,7 +1221,24 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 		delete(b.readyIDs, t.g.id)
 		b.remember(t.g.id)
 	}
-	return nil
+}
+
+// giveBack refunds n admissions to the staleness gate, with those an earlier attempt could not give back.
+// A failed refund is logged, counted and kept for the next attempt (the run loop retries each second); the
+// groups it belongs to are settled all the same, so a batch already published is not composed again.
+func (b *Buffer) giveBack(ctx context.Context, counter *admission.Counter, n int64) {
+	n += b.owedRefund
+	if n == 0 {
+		return
+	}
+	if err := counter.Refund(ctx, n); err != nil {
+		b.owedRefund = n
+		b.refundErrors.Inc()
+		b.count(func(s *Stats) { s.RefundErrors++ })
+		b.deps.Log.Warn().Err(err).Int64("admissions", n).Msg("refund failed; retried")
+		return
+	}
+	b.owedRefund = 0
 }
 
 // queued is how many released batches the trainer has not applied yet, and whether that is MaxQueued or

@@ -765,3 +765,36 @@ func TestGroupTooLargeForAnyBatchIsDropped(t *testing.T) {
 		t.Fatalf("batch holds %v", got)
 	}
 }
+
+// A member whose group size disagrees with its group's is refused: the group's size
+// decides the admissions given back for it. The group goes on without it (and times out for it).
+func TestMemberDisagreeingWithItsGroupIsDeadLettered(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 2, Eta: 1, GroupTimeout: 2 * time.Second})
+	m.publish(t, ep("g1", 0, 3, 0), "")
+	m.publish(t, ep("g1", 1, 1<<12, 0), "")
+	m.publish(t, ep("g1", 2, 3, 0), "")
+	eventually(t, 10*time.Second, "the dead letter", func() bool { return m.msgs(t, proto.StreamDeadLetter) == 1 })
+	st, err := m.js.Stream(testCtx(t), proto.StreamDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := st.GetMsg(testCtx(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason := dl.Header.Get(proto.HeaderDeadLetterReason); !strings.HasPrefix(reason, proto.ErrMalformed.Error()) || !strings.Contains(reason, "g1-1") {
+		t.Fatalf("reason %q, want a malformed g1-1", reason)
+	}
+	// The group times out with its two good members: they train, and only the refused one's admission is
+	// given back, not the 4096 it claimed.
+	eventually(t, 15*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-2"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	eventually(t, 10*time.Second, "the refund", func() bool { return m.refunded(t) == 1 })
+	if s := r.b.Stats(); s.DeadLettered != 1 || s.Batched != 2 || s.Missing != 1 {
+		t.Fatalf("stats = %+v, want 1 dead-lettered, 2 batched, 1 missing", s)
+	}
+}

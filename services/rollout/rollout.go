@@ -128,8 +128,8 @@ func (c *Config) Validate() error {
 	if len(c.Tasks) == 0 {
 		errs = append(errs, errors.New("rollout: at least one task is required"))
 	}
-	if c.GroupSize < 1 {
-		errs = append(errs, fmt.Errorf("rollout: group size %d must be at least 1", c.GroupSize))
+	if c.GroupSize < 1 || c.GroupSize > proto.MaxGroupSize {
+		errs = append(errs, fmt.Errorf("rollout: group size %d must be 1 to %d", c.GroupSize, proto.MaxGroupSize))
 	}
 	if c.BatchSize < c.GroupSize || c.BatchSize%c.GroupSize != 0 {
 		errs = append(errs, fmt.Errorf("rollout: batch size %d must be a positive multiple of group size %d", c.BatchSize, c.GroupSize))
@@ -299,7 +299,8 @@ func (r *Rollout) Status() Status {
 }
 
 // Run plays episodes until ctx ends, then stops admitting, lets episodes in flight finish for up to
-// DrainTimeout and publishes them (cut-short ones as infrastructure failures), and returns.
+// DrainTimeout and publishes them (cut-short ones as infrastructure failures), and returns. If the policy
+// version watch ends first, Run stops the same way and returns the watch's error.
 func (r *Rollout) Run(ctx context.Context) error {
 	log := r.deps.Log.With().Str("rollout", r.cfg.ID).Logger()
 	js, err := bus.JetStream(r.deps.Conn)
@@ -345,12 +346,25 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}()
 	defer func() { stopBeat(); <-beatDone }()
 
-	// The version watcher and the episode workers are owned here and stopped before Run returns.
+	// The version watcher and the episode workers are owned here and stopped before Run returns. A watcher
+	// that ends before it is stopped (its bucket went away, or the watch failed) ends admissions with its
+	// error, as a cancelled ctx would: episodes must not go on at a version that no longer moves.
+	admitCtx, stopAdmitting := context.WithCancelCause(ctx)
+	defer stopAdmitting(nil)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	watchDone := make(chan error, 1)
 	go func() {
-		watchDone <- src.Watch(watchCtx, js, r.pool, log, func(v int64) { r.version.Set(float64(v)) })
+		err := src.Watch(watchCtx, js, r.pool, log, func(v int64) { r.version.Set(float64(v)) })
+		if watchCtx.Err() == nil {
+			if err == nil {
+				err = errors.New("the key-value watch closed its updates")
+			}
+			err = fmt.Errorf("%w: %w", errWatchEnded, err)
+			log.Error().Err(err).Msg("policy version watch ended: stopping the rollout")
+			stopAdmitting(err)
+		}
+		watchDone <- err
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 	if r.cfg.StopStale {
@@ -399,16 +413,16 @@ func (r *Rollout) Run(ctx context.Context) error {
 	log.Info().Strs("tasks", r.cfg.Tasks).Int("group", r.cfg.GroupSize).Int("batch", r.cfg.BatchSize).Int("eta", r.cfg.Eta).Msg("rollout started")
 
 	var loopErr error
-	for g := 0; ctx.Err() == nil; g++ {
+	for g := 0; admitCtx.Err() == nil; g++ {
 		// Wait for room for a whole group before claiming admissions, so claimed episodes start at once.
-		if err := acquire(ctx, slots, r.cfg.GroupSize); err != nil {
+		if err := acquire(admitCtx, slots, r.cfg.GroupSize); err != nil {
 			break
 		}
 		t0 := time.Now()
-		v, err := gate.Admit(ctx, int64(r.cfg.GroupSize))
+		v, err := gate.Admit(admitCtx, int64(r.cfg.GroupSize))
 		if err != nil {
 			release(slots, r.cfg.GroupSize)
-			if ctx.Err() == nil {
+			if admitCtx.Err() == nil {
 				loopErr = err
 			}
 			break
@@ -441,6 +455,9 @@ func (r *Rollout) Run(ctx context.Context) error {
 			}()
 		}
 	}
+	if cause := context.Cause(admitCtx); loopErr == nil && ctx.Err() == nil && errors.Is(cause, errWatchEnded) {
+		loopErr = cause
+	}
 	r.running.Store(false)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
@@ -454,6 +471,9 @@ func (r *Rollout) Run(ctx context.Context) error {
 	log.Info().Interface("status", r.Status()).Msg("rollout stopped")
 	return loopErr
 }
+
+// errWatchEnded says the policy version watcher ended while the rollout still ran.
+var errWatchEnded = errors.New("rollout: policy version watch ended")
 
 // play runs one episode and publishes it; an episode cut short by shutdown is published as an
 // infrastructure failure so that its group does not wait for it.

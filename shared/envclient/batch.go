@@ -199,19 +199,24 @@ func (b *batcher) send(calls []*call) {
 	}
 }
 
-// sentBatch is a batch on its way: its calls by index and how many still wait.
+// sentBatch is a batch on its way: its calls by index, how many still wait, and which the host answered.
 type sentBatch struct {
 	b     *batcher
 	reply string
 	calls []*call
 	left  int
+	// results marks, by index, the calls that a result of a reply named (guarded by replies.mu): a call
+	// that gave up may still have its result, but none may have two.
+	results []bool
 }
 
 // replies routes batch replies, which come to one subscription of the client, to the calls they answer.
 type replies struct {
 	prefix string
 	sub    *nats.Subscription
-	// malformed counts batch replies that could not be decoded (their calls fail with ErrMalformed).
+	// malformed counts batch replies that could not be decoded (their calls fail with ErrMalformed), and
+	// results in them that could not be used: one without a reply (its call fails with ErrMalformed), or
+	// one whose index names no call of the batch or a call another result already answered.
 	malformed atomic.Int64
 
 	mu      sync.Mutex
@@ -220,7 +225,7 @@ type replies struct {
 
 func (r *replies) register(b *batcher, calls []*call) *sentBatch {
 	token := nuid.Next()
-	sb := &sentBatch{b: b, reply: r.prefix + token, calls: calls}
+	sb := &sentBatch{b: b, reply: r.prefix + token, calls: calls, results: make([]bool, len(calls))}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range calls {
@@ -249,6 +254,18 @@ func (r *replies) deliver(sb *sentBatch, i int, res callResult) {
 	if sb.left--; sb.left == 0 {
 		delete(r.pending, strings.TrimPrefix(sb.reply, r.prefix))
 	}
+}
+
+// claim marks call i of sb as named by a result of a reply; it reports false if i names no call of sb or
+// a call that an earlier result named.
+func (r *replies) claim(sb *sentBatch, i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i < 0 || i >= len(sb.calls) || sb.results[i] {
+		return false
+	}
+	sb.results[i] = true
+	return true
 }
 
 // finish gives every call of sb that still waits the same result.
@@ -317,6 +334,10 @@ func (r *replies) onReply(m *nats.Msg) {
 		}
 	}
 	for _, res := range rep.Results {
+		if !r.claim(sb, res.Index) { // an index out of range, or a second result for one call: not delivered
+			r.malformed.Add(1)
+			continue
+		}
 		switch {
 		case res.Error != "":
 			known := proto.ErrorFromWire(res.Error)

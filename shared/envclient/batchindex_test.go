@@ -1,0 +1,43 @@
+package envclient_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jetrl/jetrl/proto"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
+	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// A result whose index names no call of its batch, or a call that an earlier result answered, is counted
+// as malformed and reaches no caller; the call it names keeps the first result it had.
+func TestBatchResultsWithBadIndexesAreMalformed(t *testing.T) {
+	url := server(t)
+	nc := connect(t, url)
+	result := func(i int, obs string) proto.EnvBatchResult {
+		return proto.EnvBatchResult{Index: i, Step: &proto.EnvStepReply{Schema: proto.SchemaVersion, Observation: obs, Status: proto.StatusRunning, Turn: 1}}
+	}
+	serve(t, url, proto.SubjectEnvStepBatch("hb"), func(r micro.Request) {
+		b, err := codec.Marshal(proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: []proto.EnvBatchResult{
+			result(1, "out of range"), result(-1, "negative"), result(0, "first"), result(0, "repeated"),
+		}}, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = nc.Publish(r.Reply(), b)
+	})
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	rep, err := c.Step(testCtx(t), "hb", "s", proto.ToolCall{Name: "x"})
+	if err != nil || rep.Observation != "first" {
+		t.Fatalf("step: %+v, %v; want the first result for index 0", rep, err)
+	}
+	// The results after the one delivered may still be read as Step returns.
+	bustest.Eventually(t, 5*time.Second, "3 malformed results", func() bool { return c.BatchStats().Malformed == 3 })
+	if st := c.BatchStats(); st.Batches != 1 || st.Waiting != 0 {
+		t.Fatalf("stats %+v, want 1 batch and none waiting", st)
+	}
+}
