@@ -274,7 +274,7 @@ func TestManyDistinctInstances(t *testing.T) {
 		}
 		seen[gm.q.instruction] = true
 	}
-	want := 10_000 // the floor on distinct instances, met by the questions alone
+	want := 10_000 // the floor the task families are held to on distinct instances, met by the questions alone
 	if n < 12_000 {
 		want = n * 9 / 10
 	}
