@@ -21,7 +21,7 @@ import (
 type replayCmd struct {
 	Stream  string        `arg:"" enum:"episodes,batches,train,deadletter" help:"Stream to read: episodes, batches, train or deadletter."`
 	NATS    string        `name:"nats" help:"NATS server URL of a running mesh."`
-	Data    string        `name:"data" help:"JetStream folder of an embedded run (e.g. out/run/nats), opened read-only: a private server serves a temporary copy of it (under TMPDIR)."`
+	Data    string        `name:"data" help:"JetStream folder of an embedded run (e.g. out/run/nats), opened read-only: a private server serves a temporary copy of it (under TMPDIR), without the messages past their stream's age limit (24 h; dead letters 7 days)."`
 	FromSeq uint64        `name:"from-seq" help:"Start at this stream sequence."`
 	Since   time.Duration `name:"since" help:"Start this long ago (e.g. 10m)."`
 	Task    string        `name:"task" help:"Only episodes of this task (episodes stream: filters by subject)."`
