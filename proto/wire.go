@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 
@@ -508,4 +509,59 @@ func decodeKnown(d *msgpack.Decoder, known []string) (string, error) {
 		}
 	}
 	return string(buf[:n]), nil
+}
+
+// The reflecting decoder of msgpack v5.4.1 sizes a slice of structs by the length its header claims,
+// however few bytes follow (its allocation limit is never applied), so a message of a few bytes could make
+// a stage allocate terabytes and die. The slices of structs in the messages are therefore decoded here,
+// refusing a length that claims more elements than there are bytes left.
+func init() {
+	registerSlice[Message]()
+	registerSlice[Tool]()
+	registerSlice[ToolCall]()
+	registerSlice[EnvStartRequest]()
+	registerSlice[EnvStepRequest]()
+	registerSlice[EnvBatchResult]()
+	registerSlice[Episode]()
+	registerSlice[TrainEpisode]()
+}
+
+// registerSlice makes msgpack decode every []T with decodeSlice.
+func registerSlice[T any]() {
+	msgpack.Register([]T(nil), nil, func(d *msgpack.Decoder, v reflect.Value) error {
+		s, err := decodeSlice[T](d)
+		if err != nil {
+			return err
+		}
+		v.Set(reflect.ValueOf(s))
+		return nil
+	})
+}
+
+// sliceChunk is the most elements allocated ahead of their bytes when the decoder does not read from memory
+// (and checkRemaining cannot bound a length).
+const sliceChunk = 1024
+
+// decodeSlice reads an array of T: nil for msgpack nil, an error for a length the input cannot hold.
+func decodeSlice[T any](d *msgpack.Decoder) ([]T, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		return nil, err
+	}
+	if err := checkRemaining(d, n); err != nil { // every element takes at least one byte
+		return nil, err
+	}
+	size := n
+	if _, ok := d.Buffered().(*bytes.Reader); !ok {
+		size = min(n, sliceChunk)
+	}
+	s := make([]T, 0, size)
+	for i := range n {
+		var zero T
+		s = append(s, zero)
+		if err := d.Decode(&s[i]); err != nil {
+			return nil, fmt.Errorf("element %d: %w", i, err)
+		}
+	}
+	return s, nil
 }

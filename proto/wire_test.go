@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -401,5 +402,49 @@ func TestEnvBatchReplyDecoderToleratesOtherProducers(t *testing.T) {
 		if err := msgpack.Unmarshal(bad, &r); err == nil {
 			t.Errorf("% x: no error", bad)
 		}
+	}
+}
+
+// A slice of structs whose header claims more elements than the bytes that follow is refused before it is
+// allocated: the reflecting decoder would size it by the claim (2^32 elements: terabytes).
+func TestStructSlicesRefuseLengthsTheInputCannotHold(t *testing.T) {
+	field := func(name string) []byte {
+		b := append([]byte{0x81, 0xa0 | byte(len(name))}, name...)
+		return append(b, 0xdd, 0xff, 0xff, 0xff, 0xff) // array32 of 4,294,967,295 elements, none following
+	}
+	cases := map[string]struct {
+		data []byte
+		into any
+	}{
+		"EnvStartBatch.starts":     {field("starts"), &proto.EnvStartBatch{}},
+		"EnvStepBatch.steps":       {field("steps"), &proto.EnvStepBatch{}},
+		"EnvBatchReply.results":    {field("results"), &proto.EnvBatchReply{}},
+		"Batch.episodes":           {field("episodes"), &proto.Batch{}},
+		"TrainBatch.episodes":      {field("episodes"), &proto.TrainBatch{}},
+		"EnvStartReply.tools":      {field("tools"), &proto.EnvStartReply{}},
+		"EnvStartReply.admissible": {field("admissible"), &proto.EnvStartReply{}},
+		"EnvStartReply.messages":   {field("messages"), &proto.EnvStartReply{}},
+	}
+	for name, c := range cases {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := msgpack.Unmarshal(c.data, c.into)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "exceeds") {
+			t.Errorf("%s: error %v, want the length refused", name, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+			t.Errorf("%s: decoding allocated %d bytes", name, grew)
+		}
+	}
+	// A well-formed batch still decodes, elements and all.
+	b := proto.Batch{Schema: proto.SchemaVersion, ID: "b", Episodes: []proto.Episode{*sampleEpisode(), *sampleEpisode()}}
+	data, err := msgpack.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got proto.Batch
+	if err := msgpack.Unmarshal(data, &got); err != nil || !reflect.DeepEqual(got, b) {
+		t.Fatalf("batch decoded to %+v, %v", got, err)
 	}
 }

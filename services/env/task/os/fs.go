@@ -169,9 +169,13 @@ func unescape(pat string) string {
 	return b.String()
 }
 
+// maxGlobPaths bounds the paths one pattern may expand to, at every step of its expansion: "*/.." repeated
+// multiplies them by the directory's children each time, as in bash, which would run out of memory.
+const maxGlobPaths = 10_000
+
 // glob expands a pathname pattern as bash does: sorted matches, hidden names only for a leading dot; nil
-// when nothing matches.
-func (f *fsys) glob(cwd, pat string) []string {
+// when nothing matches. It reports false, with no matches, when the expansion passes maxGlobPaths.
+func (f *fsys) glob(cwd, pat string) ([]string, bool) {
 	type cand struct {
 		n    *node
 		text string
@@ -181,7 +185,7 @@ func (f *fsys) glob(cwd, pat string) []string {
 		start, prefix = f.root, "/"
 	}
 	if start == nil {
-		return nil
+		return nil, true
 	}
 	cur := []cand{{start, prefix}}
 	parts := strings.Split(strings.Trim(pat, "/"), "/")
@@ -231,6 +235,9 @@ func (f *fsys) glob(cwd, pat string) []string {
 		if i < len(parts)-1 {
 			next = slices.DeleteFunc(next, func(c cand) bool { return !c.n.dir })
 		}
+		if len(next) > maxGlobPaths {
+			return nil, false
+		}
 		cur = next
 	}
 	out := make([]string, 0, len(cur))
@@ -238,5 +245,5 @@ func (f *fsys) glob(cwd, pat string) []string {
 		out = append(out, c.text)
 	}
 	slices.Sort(out)
-	return out
+	return out, true
 }

@@ -156,8 +156,15 @@ func (sh *shell) run(script string) (result, error) {
 	for i, st := range stages {
 		for _, w := range st {
 			if w.glob {
-				if m := sh.fs.glob(sh.cwd, w.pattern); len(m) > 0 {
+				m, ok := sh.fs.glob(sh.cwd, w.pattern)
+				if !ok {
+					return result{}, refuse("%s: argument list too long (the pattern names more than %d paths)", w.text, maxGlobPaths)
+				}
+				if len(m) > 0 {
 					argvs[i] = append(argvs[i], m...)
+					if len(argvs[i]) > maxGlobPaths {
+						return result{}, refuse("%s: argument list too long (more than %d arguments)", argvs[i][0], maxGlobPaths)
+					}
 					continue
 				}
 			}
