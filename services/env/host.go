@@ -338,7 +338,11 @@ func (h *Host) start(req proto.EnvStartRequest) (*proto.EnvStartReply, error) {
 		h.refused.WithLabelValues("capacity").Inc()
 		return nil, fmt.Errorf("%w: host %s holds %d sessions", proto.ErrHostFull, h.cfg.HostID, h.cfg.Capacity)
 	}
-	sess, open, err := task.NewSession(fam, req.Split, req.Seed)
+	sess, open, err := newSession(fam, req)
+	if errors.Is(err, proto.ErrInternal) {
+		h.refused.WithLabelValues("internal").Inc()
+		return nil, err
+	}
 	if err != nil {
 		h.refused.WithLabelValues("bad-request").Inc()
 		return nil, err
@@ -472,6 +476,17 @@ func (h *Host) stepSession(req proto.EnvStepRequest) (*proto.EnvStepReply, error
 		Turn:        s.sess.Turn(),
 		Metrics:     res.Metrics,
 	}, nil
+}
+
+// newSession generates and starts the instance req names. A task that panics doing so fails the start with
+// ErrInternal instead of ending the host and every session on it.
+func newSession(fam task.Family, req proto.EnvStartRequest) (sess *task.Session, open task.Opening, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			sess, err = nil, fmt.Errorf("%w: task %s panicked starting %s seed %d: %v", proto.ErrInternal, req.Task, req.Split, req.Seed, p)
+		}
+	}()
+	return task.NewSession(fam, req.Split, req.Seed)
 }
 
 // step applies one call within CallTimeout and checks what the game returned.

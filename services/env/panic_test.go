@@ -102,3 +102,30 @@ func testCancelWhileTimedOutStepPanics(t *testing.T, f *fixture) {
 	close(fam.release) // the late step panics
 	wait(t, fam.closed, "the instance to close once its step ended")
 }
+
+// startPanicFamily is alfworld whose instance generation panics.
+type startPanicFamily struct{ task.Family }
+
+func (startPanicFamily) New(string, uint64) (task.Instance, error) { panic("generator bug") }
+
+// A start whose instance generation panics fails with ErrInternal, counted, and the host serves on.
+func TestPanickingStartFailsThatStartOnly(t *testing.T) {
+	bothWays(t, testPanickingStartFailsThatStartOnly)
+}
+
+func testPanickingStartFailsThatStartOnly(t *testing.T, f *fixture) {
+	h := f.startHost(t, env.Config{CallTimeout: 5 * time.Second}, task.Registry{alfworld.Name: startPanicFamily{alfworld.New()}, "other": alfworld.New()})
+	c := f.client(t)
+	ctx := testCtx(t)
+	if _, err := c.Start(ctx, startReq(1)); !errors.Is(err, proto.ErrInternal) {
+		t.Fatalf("panicking start: %v, want ErrInternal", err)
+	}
+	other := startReq(2)
+	other.Task = "other"
+	if _, err := c.Start(ctx, other); err != nil {
+		t.Fatalf("a start after the panic: %v", err)
+	}
+	if h.Active() != 1 {
+		t.Fatalf("active = %d, want the one good session", h.Active())
+	}
+}

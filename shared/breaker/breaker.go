@@ -2,6 +2,7 @@
 package breaker
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -65,6 +66,7 @@ func (s *Set[T]) Get(name string) *gobreaker.CircuitBreaker[T] {
 		},
 		// Only infrastructure errors count against a host; an answer that refuses bad input is a healthy host.
 		IsSuccessful:  func(err error) bool { return err == nil || !IsInfrastructure(err) },
+		IsExcluded:    IsExcluded,
 		OnStateChange: s.settings.OnChange,
 	}
 	cb := gobreaker.NewCircuitBreaker[T](st)
@@ -84,6 +86,13 @@ func (s *Set[T]) State(name string) gobreaker.State { return s.Get(name).State()
 // rather than refusing a request.
 func IsInfrastructure(err error) bool {
 	return errors.Is(err, proto.ErrEnvTimeout) || errors.Is(err, proto.ErrEnvUnavailable) ||
-		errors.Is(err, proto.ErrShuttingDown) || errors.Is(err, proto.ErrInternal) ||
+		errors.Is(err, proto.ErrShuttingDown) ||
 		errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// IsExcluded reports the errors a breaker counts neither way, as they say nothing of the remote's health:
+// the caller gave up (its context ended), or the remote answered that a task failed (proto.ErrInternal: a
+// task's bug goes with its instance to whichever host plays it, and a group's members all meet it).
+func IsExcluded(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, proto.ErrInternal)
 }

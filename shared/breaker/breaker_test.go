@@ -28,7 +28,11 @@ func TestBreakerOpensOnlyOnInfrastructureErrors(t *testing.T) {
 	}{
 		{name: "three timeouts open it", givenCalls: []error{proto.ErrEnvTimeout, proto.ErrEnvTimeout, proto.ErrEnvTimeout}, expectedState: gobreaker.StateOpen},
 		{name: "two timeouts do not", givenCalls: []error{proto.ErrEnvTimeout, proto.ErrEnvTimeout}, expectedState: gobreaker.StateClosed},
-		{name: "mixed infrastructure errors open it", givenCalls: []error{proto.ErrEnvUnavailable, proto.ErrInternal, proto.ErrShuttingDown}, expectedState: gobreaker.StateOpen},
+		{name: "mixed infrastructure errors open it", givenCalls: []error{proto.ErrEnvUnavailable, proto.ErrEnvTimeout, proto.ErrShuttingDown}, expectedState: gobreaker.StateOpen},
+		{name: "caller cancellations and task failures count neither way", givenCalls: []error{
+			proto.ErrEnvTimeout, proto.ErrEnvTimeout, context.Canceled, proto.ErrInternal, context.DeadlineExceeded, proto.ErrEnvTimeout,
+		}, expectedState: gobreaker.StateOpen},
+		{name: "task failures alone do not open it", givenCalls: []error{proto.ErrInternal, proto.ErrInternal, proto.ErrInternal, proto.ErrInternal}, expectedState: gobreaker.StateClosed},
 		{name: "wrapped infrastructure errors open it", givenCalls: []error{
 			fmt.Errorf("host h: %w", proto.ErrEnvTimeout), fmt.Errorf("host h: %w", proto.ErrEnvTimeout), fmt.Errorf("host h: %w", proto.ErrEnvTimeout),
 		}, expectedState: gobreaker.StateOpen},
@@ -169,7 +173,7 @@ func TestIsInfrastructure(t *testing.T) {
 		{proto.ErrEnvTimeout, true},
 		{proto.ErrEnvUnavailable, true},
 		{proto.ErrShuttingDown, true},
-		{proto.ErrInternal, true},
+		{proto.ErrInternal, false},
 		{gobreaker.ErrOpenState, true},
 		{gobreaker.ErrTooManyRequests, true},
 		{fmt.Errorf("step 3: host h: %w", proto.ErrEnvTimeout), true},

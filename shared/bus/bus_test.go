@@ -310,13 +310,13 @@ func TestDeadLetter(t *testing.T) {
 		t.Fatalf("fetched %v, want the poison message", poison)
 	}
 	reason := errors.New("malformed message: not msgpack")
-	if err := bus.DeadLetter(ctx, js, "stage", poison, reason); err != nil {
-		t.Fatalf("DeadLetter: %v", err)
+	if first, err := bus.DeadLetterFirst(ctx, js, "stage", poison, reason); err != nil || !first {
+		t.Fatalf("DeadLetterFirst: %v, %v; want the first copy stored", first, err)
 	}
-	// A retried dead-letter of the same message is stored once.
+	// A retried dead-letter of the same message is stored once, and says it was not the first.
 	// (The publish is deduplicated by its msg id; the message was already terminated.)
-	if err := bus.DeadLetter(ctx, js, "stage", poison, reason); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-		t.Fatalf("second DeadLetter: %v", err)
+	if first, err := bus.DeadLetterFirst(ctx, js, "stage", poison, reason); (err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd)) || first {
+		t.Fatalf("second DeadLetterFirst: %v, %v; want a duplicate", first, err)
 	}
 	if n := streamMsgs(t, js, proto.StreamDeadLetter); n != 1 {
 		t.Fatalf("dead-letter stream holds %d messages, want 1", n)
@@ -502,5 +502,62 @@ func TestInProcessConnection(t *testing.T) {
 	}
 	if string(msg.Data) != string(data) {
 		t.Fatalf("read back over TCP %d B that differ from the %d B published in-process", len(msg.Data), len(data))
+	}
+}
+
+// ConsumeInOrder returns nil when its context ends, and ErrConsumerGone when the messages stop while it
+// lasts (the consumer deleted under it): a service must not look stopped on purpose.
+func TestConsumeInOrderReportsADeletedConsumer(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamBatches, bus.ConsumerConfig("gone-test", proto.SubjectBatches, 8, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, "one", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.ConsumeInOrder(context.Background(), cons, 8, zerolog.Nop(), func(m jetstream.Msg) error {
+			got <- string(m.Data())
+			return m.Ack()
+		})
+	}()
+	if m := <-got; m != "one" {
+		t.Fatalf("handled %q, want one", m)
+	}
+	if err := js.DeleteConsumer(ctx, proto.StreamBatches, "gone-test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, bus.ErrConsumerGone) {
+			t.Fatalf("ConsumeInOrder returned %v, want ErrConsumerGone", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ConsumeInOrder goes on after its consumer was deleted")
+	}
+
+	// Ending the context is a clean stop.
+	cons, err = js.CreateOrUpdateConsumer(ctx, proto.StreamBatches, bus.ConsumerConfig("stop-test", proto.SubjectBatches, 8, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- bus.ConsumeInOrder(cctx, cons, 8, zerolog.Nop(), func(m jetstream.Msg) error { return m.Ack() }) }()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ConsumeInOrder returned %v after its context ended, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ConsumeInOrder goes on after its context ended")
 	}
 }

@@ -287,7 +287,11 @@ func (m *Mesh) run(name string, fn func(context.Context) error, isRollout bool) 
 	go func() {
 		defer wg.Done()
 		defer close(done)
-		if err := fn(ctx); err != nil {
+		err := fn(ctx)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("stopped before it was told to")
+		}
+		if err != nil {
 			m.cfg.Log.Error().Err(err).Str("service", name).Msg("service stopped with error")
 			m.mu.Lock()
 			m.errs = append(m.errs, fmt.Errorf("%s: %w", name, err))
