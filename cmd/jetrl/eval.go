@@ -162,10 +162,10 @@ func printEval(res map[string]rollout.EvalResult, asJSON bool) error {
 		names = append(names, t)
 	}
 	sort.Strings(names)
-	fmt.Printf("%-10s %9s %12s %11s %9s\n", "task", "success", "mean reward", "mean turns", "episodes")
+	fmt.Printf("%-10s %9s %12s %11s %9s %14s\n", "task", "success", "mean reward", "mean turns", "episodes", "infra failures")
 	for _, t := range names {
 		r := res[t]
-		fmt.Printf("%-10s %8.1f%% %12.3f %11.2f %9d\n", t, 100*r.Success, r.MeanReward, r.MeanTurns, r.Episodes)
+		fmt.Printf("%-10s %8.1f%% %12.3f %11.2f %9d %14d\n", t, 100*r.Success, r.MeanReward, r.MeanTurns, r.Episodes, r.InfraFailures)
 	}
 	for _, t := range names {
 		fails := res[t].Failures

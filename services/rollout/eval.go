@@ -64,6 +64,7 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 	jobs := make(chan job)
 	var mu sync.Mutex
 	sum := map[string]*EvalResult{}
+	firstErr := map[string]error{} // the first episode error of each task
 	for _, t := range cfg.Tasks {
 		sum[t] = &EvalResult{}
 	}
@@ -78,12 +79,15 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 					Task: j.task, Split: cfg.Split, Seed: EvalSeed(cfg.Seed, j.task, j.i),
 				}
 				ep, err := RunEpisode(ctx, env, actor, spec)
-				if err != nil {
-					continue
-				}
 				mu.Lock()
 				r := sum[j.task]
-				if ep.InfraFailure {
+				if err != nil {
+					// Not played at all: counted with the infrastructure failures, its error kept.
+					r.InfraFailures++
+					if firstErr[j.task] == nil {
+						firstErr[j.task] = err
+					}
+				} else if ep.InfraFailure {
 					r.InfraFailures++
 				} else {
 					r.Episodes++
@@ -121,6 +125,13 @@ feed:
 		return nil, err
 	}
 	out := map[string]EvalResult{}
+	for _, t := range cfg.Tasks {
+		if r := sum[t]; r.Episodes == 0 && cfg.Episodes > 0 {
+			// A success rate of no episode would read as 0%: the evaluation failed instead.
+			return nil, fmt.Errorf("%w: evaluating %s: none of its %d episodes was played to the end (%d infrastructure failures; first error: %v)",
+				proto.ErrEnvUnavailable, t, cfg.Episodes, r.InfraFailures, firstErr[t])
+		}
+	}
 	for t, r := range sum {
 		if r.Episodes > 0 {
 			r.Success /= float64(r.Episodes)

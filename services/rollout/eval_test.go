@@ -2,7 +2,9 @@ package rollout_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jetrl/jetrl/proto"
@@ -73,5 +75,15 @@ func TestEvaluateKeepsTheFirstFailures(t *testing.T) {
 	}
 	if got := res[alfworld.Name].Failures; got != nil {
 		t.Fatalf("failures %+v kept without asking", got)
+	}
+}
+
+// An evaluation none of whose episodes could be played (no env host answers) fails, instead of reporting a
+// success rate of 0% over no episode.
+func TestEvaluateWithoutEpisodesFails(t *testing.T) {
+	m := newMesh(t) // no env host
+	_, err := rollout.Evaluate(testCtx(t), envClient(t, m), firstActor{}, rollout.EvalConfig{Tasks: []string{alfworld.Name}, Episodes: 2, Seed: 1})
+	if !errors.Is(err, proto.ErrEnvUnavailable) || !strings.Contains(err.Error(), "none of its 2 episodes") {
+		t.Fatalf("Evaluate without env hosts: %v, want ErrEnvUnavailable naming the episodes", err)
 	}
 }
