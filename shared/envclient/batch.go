@@ -221,7 +221,13 @@ type replies struct {
 
 	mu      sync.Mutex
 	pending map[string]*sentBatch
+	// late holds, for lateStartGrace, the start batches no caller waits for any more: a session their
+	// reply still opens is given back (Client.cancelOrphan) instead of holding a slot of its host.
+	late map[string]*sentBatch
 }
+
+// lateStartGrace is how long a start batch whose callers all gave up is remembered for its reply.
+const lateStartGrace = time.Minute
 
 func (r *replies) register(b *batcher, calls []*call) *sentBatch {
 	token := nuid.Next()
@@ -241,12 +247,12 @@ func (r *replies) register(b *batcher, calls []*call) *sentBatch {
 	return sb
 }
 
-// deliver gives call i of sb its result, unless it has one or gave up.
-func (r *replies) deliver(sb *sentBatch, i int, res callResult) {
+// deliver gives call i of sb its result, unless it has one or gave up; it reports whether it did.
+func (r *replies) deliver(sb *sentBatch, i int, res callResult) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if i < 0 || i >= len(sb.calls) || sb.calls[i].answered {
-		return
+		return false
 	}
 	c := sb.calls[i]
 	c.answered = true
@@ -254,6 +260,7 @@ func (r *replies) deliver(sb *sentBatch, i int, res callResult) {
 	if sb.left--; sb.left == 0 {
 		delete(r.pending, strings.TrimPrefix(sb.reply, r.prefix))
 	}
+	return true
 }
 
 // claim marks call i of sb as named by a result of a reply; it reports false if i names no call of sb or
@@ -286,7 +293,19 @@ func (r *replies) abandon(c *call) {
 	c.answered = true
 	if sb := c.batch; sb != nil {
 		if sb.left--; sb.left == 0 {
-			delete(r.pending, strings.TrimPrefix(sb.reply, r.prefix))
+			token := strings.TrimPrefix(sb.reply, r.prefix)
+			delete(r.pending, token)
+			if sb.b.starts {
+				if r.late == nil {
+					r.late = map[string]*sentBatch{}
+				}
+				r.late[token] = sb
+				time.AfterFunc(lateStartGrace, func() {
+					r.mu.Lock()
+					delete(r.late, token)
+					r.mu.Unlock()
+				})
+			}
 		}
 	}
 }
@@ -300,8 +319,13 @@ func (r *replies) waiting() int {
 
 // onReply handles one message on the reply subscription.
 func (r *replies) onReply(m *nats.Msg) {
+	token := strings.TrimPrefix(m.Subject, r.prefix)
 	r.mu.Lock()
-	sb := r.pending[strings.TrimPrefix(m.Subject, r.prefix)]
+	sb := r.pending[token]
+	if sb == nil {
+		sb = r.late[token]
+		delete(r.late, token)
+	}
 	r.mu.Unlock()
 	if sb == nil {
 		return // every call of the batch has its result or gave up
@@ -346,7 +370,9 @@ func (r *replies) onReply(m *nats.Msg) {
 			r.malformed.Add(1)
 			r.deliver(sb, res.Index, callResult{err: fmt.Errorf("%w: batch result %d from %s has no reply", proto.ErrMalformed, res.Index, sb.b.subject)})
 		default:
-			r.deliver(sb, res.Index, callResult{res: res})
+			if !r.deliver(sb, res.Index, callResult{res: res}) && res.Start != nil {
+				sb.b.c.cancelOrphan(res.Start) // its caller gave up: nobody would play or cancel it
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package envclient_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -40,4 +42,47 @@ func TestBatchResultsWithBadIndexesAreMalformed(t *testing.T) {
 	if st := c.BatchStats(); st.Batches != 1 || st.Waiting != 0 {
 		t.Fatalf("stats %+v, want 1 batch and none waiting", st)
 	}
+}
+
+// A start whose reply comes after its caller gave up opened a session nobody will play: the client cancels
+// it on its host and counts it, instead of leaving it to hold a slot until it idles out.
+func TestLateStartReplyIsCancelled(t *testing.T) {
+	url := server(t)
+	nc := connect(t, url)
+	cancels := make(chan string, 4)
+	sub, err := nc.Subscribe(proto.SubjectEnvCancel("late-host"), func(m *nats.Msg) {
+		var req proto.EnvCancelRequest
+		if err := codec.Unmarshal(m.Data, &req); err == nil {
+			cancels <- req.SessionID
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	serve(t, url, proto.SubjectEnvStartBatch, func(r micro.Request) {
+		time.Sleep(700 * time.Millisecond) // past the caller's timeout
+		b, err := codec.Marshal(proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: []proto.EnvBatchResult{
+			{Index: 0, Start: &proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "orphan", HostID: "late-host"}},
+		}}, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = nc.Publish(r.Reply(), b)
+	})
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 200 * time.Millisecond, StartRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Start(testCtx(t), proto.EnvStartRequest{Task: "alfworld", Split: proto.SplitTrain, Seed: 1}); !errors.Is(err, proto.ErrEnvTimeout) {
+		t.Fatalf("start: %v, want ErrEnvTimeout", err)
+	}
+	select {
+	case id := <-cancels:
+		if id != "orphan" {
+			t.Fatalf("cancelled %q, want the orphan session", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session of the late start reply was not cancelled")
+	}
+	bustest.Eventually(t, 5*time.Second, "the orphan counted", func() bool { return c.BatchStats().OrphanStarts >= 1 })
 }

@@ -53,6 +53,7 @@ type Client struct {
 
 	batches, batchedCalls atomic.Int64
 	startsOnOpen          atomic.Int64
+	orphans               atomic.Int64
 }
 
 // New returns a client on nc; Close releases its reply subscription.
@@ -98,11 +99,13 @@ type BatchStats struct {
 	Waiting int
 	// StartsOnOpenHosts counts sessions given back at once because their host's breaker was open.
 	StartsOnOpenHosts int64
+	// OrphanStarts counts sessions given back because their start's reply came after its caller gave up.
+	OrphanStarts int64
 }
 
 // BatchStats returns the client's batch counters.
 func (c *Client) BatchStats() BatchStats {
-	st := BatchStats{Batches: c.batches.Load(), Calls: c.batchedCalls.Load(), StartsOnOpenHosts: c.startsOnOpen.Load()}
+	st := BatchStats{Batches: c.batches.Load(), Calls: c.batchedCalls.Load(), StartsOnOpenHosts: c.startsOnOpen.Load(), OrphanStarts: c.orphans.Load()}
 	c.mu.Lock()
 	r := c.reply
 	c.mu.Unlock()
@@ -292,6 +295,19 @@ func (c *Client) Cancel(ctx context.Context, hostID, sessionID string) error {
 	}
 	_, err = c.request(ctx, proto.SubjectEnvCancel(hostID), data)
 	return err
+}
+
+// cancelOrphan gives back a session whose start reply came after its caller stopped waiting: nobody will
+// play or cancel it, and it would hold a slot of its host until it idled out. The cancel is published
+// without waiting for its answer (it runs on the reply subscription's goroutine); a lost one leaves the
+// session to the host's idle expiry.
+func (c *Client) cancelOrphan(rep *proto.EnvStartReply) {
+	c.orphans.Add(1)
+	c.stepBatcher(rep.HostID).forget(rep.SessionID)
+	data, err := codec.Marshal(proto.EnvCancelRequest{Schema: proto.SchemaVersion, SessionID: rep.SessionID}, proto.MaxEnvMessageBytes)
+	if err == nil {
+		_ = c.nc.Publish(proto.SubjectEnvCancel(rep.HostID), data)
+	}
 }
 
 // request does one request and turns transport failures and error replies into catalogued errors.
