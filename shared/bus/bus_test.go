@@ -549,7 +549,9 @@ func TestConsumeInOrderReportsADeletedConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- bus.ConsumeInOrder(cctx, cons, 8, zerolog.Nop(), func(m jetstream.Msg) error { return m.Ack() }) }()
+	go func() {
+		done <- bus.ConsumeInOrder(cctx, cons, 8, zerolog.Nop(), func(m jetstream.Msg) error { return m.Ack() })
+	}()
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	select {
