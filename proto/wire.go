@@ -514,7 +514,8 @@ func decodeKnown(d *msgpack.Decoder, known []string) (string, error) {
 // The reflecting decoder of msgpack v5.4.1 sizes a slice of structs by the length its header claims,
 // however few bytes follow (its allocation limit is never applied), so a message of a few bytes could make
 // a stage allocate terabytes and die. The slices of structs in the messages are therefore decoded here,
-// refusing a length that claims more elements than there are bytes left.
+// refusing a length that claims more elements than there are bytes left. (Strings and blobs it reads in
+// chunks of at most 1 MiB, so a length the input cannot hold costs at most that.)
 func init() {
 	registerSlice[Message]()
 	registerSlice[Tool]()
@@ -524,6 +525,7 @@ func init() {
 	registerSlice[EnvBatchResult]()
 	registerSlice[Episode]()
 	registerSlice[TrainEpisode]()
+	registerSlice[string]() // msgpack's own caps the claim at a million strings (24 MB) instead
 }
 
 // registerSlice makes msgpack decode every []T with decodeSlice.

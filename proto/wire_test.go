@@ -424,6 +424,7 @@ func TestStructSlicesRefuseLengthsTheInputCannotHold(t *testing.T) {
 		"EnvStartReply.tools":      {field("tools"), &proto.EnvStartReply{}},
 		"EnvStartReply.admissible": {field("admissible"), &proto.EnvStartReply{}},
 		"EnvStartReply.messages":   {field("messages"), &proto.EnvStartReply{}},
+		"RolloutHeartbeat.groups":  {field("groups"), &proto.RolloutHeartbeat{}},
 	}
 	for name, c := range cases {
 		var before, after runtime.MemStats
