@@ -208,8 +208,10 @@ type Buffer struct {
 
 	groups map[string]*group
 	ready  []*group // complete (or timed out) groups in completion order
-	// owedRefund is the admissions whose refund failed, given back with the next one (giveBack).
-	owedRefund int64
+	// unsettled holds the groups decided on (in a published batch, or unable to train) whose refund
+	// failed: their members and markers stay unacked, so a restart still accounts for them, and settle
+	// tries them again on every pass of the run loop.
+	unsettled []settled
 	// live is what the rollout replicas' heartbeats said about the open groups.
 	live liveness
 	// read is the episodes stream sequence up to which every message has been received (from the
@@ -264,7 +266,8 @@ type Stats struct {
 	// Oversized counts the usable members of groups too large for any batch: with the advantages added
 	// they would not fit proto.MaxBatchBytes (see batchBudget).
 	Oversized int64 `json:"dropped_oversized_group"`
-	// RefundErrors counts failed refunds of admissions; each is retried until it succeeds.
+	// RefundErrors counts failed refunds of admissions; the groups they were for are held unacked and
+	// settled again until one succeeds.
 	RefundErrors int64 `json:"refund_errors"`
 	Missing      int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
@@ -528,8 +531,8 @@ func (b *Buffer) Run(ctx context.Context) error {
 		if err := b.release(ctx, js, counter, log); err != nil && ctx.Err() == nil {
 			log.Error().Err(err).Msg("release batch")
 		}
-		if b.owedRefund > 0 {
-			b.giveBack(ctx, counter, 0)
+		if len(b.unsettled) > 0 {
+			b.settle(ctx, counter, nil)
 		}
 		recheck = nil
 		if b.held {
@@ -749,7 +752,11 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 
 // keepAlive extends the ack deadline of every episode and marker held.
 func (b *Buffer) keepAlive() {
-	for _, gs := range [][]*group{slices.Collect(maps.Values(b.groups)), b.ready} {
+	unsettled := make([]*group, len(b.unsettled))
+	for i, t := range b.unsettled {
+		unsettled[i] = t.g
+	}
+	for _, gs := range [][]*group{slices.Collect(maps.Values(b.groups)), b.ready, unsettled} {
 		for _, g := range gs {
 			for _, m := range g.members {
 				_ = m.msg.InProgress()
@@ -982,8 +989,7 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 			refund += t.owed()
 			rest = append(rest, t.g)
 		}
-		if refund > 0 {
-			b.giveBack(ctx, counter, refund)
+		if refund > 0 && b.refund(ctx, counter, refund) {
 			for _, t := range take {
 				if t.ok != nil {
 					t.g.refunded = t.g.size - len(t.ok) - len(t.base) // what it owed: only stale members can add to it
@@ -1164,11 +1170,18 @@ func (t settled) owed() int64 { return int64(t.g.size - len(t.ok) - len(t.base) 
 // member that will not reach the trainer, counts why, acks the members and the start marker, and
 // remembers the group id (late and repeated members are then recognised).
 func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []settled) {
+	if len(b.unsettled) > 0 {
+		ts = append(slices.Clip(b.unsettled), ts...)
+		b.unsettled = nil
+	}
 	var refund int64
 	for _, t := range ts {
 		refund += t.owed()
 	}
-	b.giveBack(ctx, counter, refund)
+	if refund > 0 && !b.refund(ctx, counter, refund) {
+		b.unsettled = ts // held unacked, tried again on the next pass
+		return
+	}
 	for _, t := range ts {
 		missing := t.g.size - len(t.g.members)
 		small, oversized := 0, 0
@@ -1223,22 +1236,17 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 	}
 }
 
-// giveBack refunds n admissions to the staleness gate, with those an earlier attempt could not give back.
-// A failed refund is logged, counted and kept for the next attempt (the run loop retries each second); the
-// groups it belongs to are settled all the same, so a batch already published is not composed again.
-func (b *Buffer) giveBack(ctx context.Context, counter *admission.Counter, n int64) {
-	n += b.owedRefund
-	if n == 0 {
-		return
-	}
+// refund gives n admissions back to the staleness gate; a failure is logged and counted, and what it was
+// for is tried again later (settle holds its groups unacked in unsettled; a waiting group's members are
+// refunded when it settles).
+func (b *Buffer) refund(ctx context.Context, counter *admission.Counter, n int64) bool {
 	if err := counter.Refund(ctx, n); err != nil {
-		b.owedRefund = n
 		b.refundErrors.Inc()
 		b.count(func(s *Stats) { s.RefundErrors++ })
-		b.deps.Log.Warn().Err(err).Int64("admissions", n).Msg("refund failed; retried")
-		return
+		b.deps.Log.Warn().Err(err).Int64("admissions", n).Msg("refund failed; tried again later")
+		return false
 	}
-	b.owedRefund = 0
+	return true
 }
 
 // queued is how many released batches the trainer has not applied yet, and whether that is MaxQueued or

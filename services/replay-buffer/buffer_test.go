@@ -798,3 +798,28 @@ func TestMemberDisagreeingWithItsGroupIsDeadLettered(t *testing.T) {
 		t.Fatalf("stats = %+v, want 1 dead-lettered, 2 batched, 1 missing", s)
 	}
 }
+
+// A refund that fails leaves the groups it was for unacked, so that a restart would still account for them,
+// and is tried again until it lands; then they are acked and counted.
+func TestFailedRefundHoldsItsGroupsUntilItLands(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r := m.startBuffer(t, cfg(2))
+	if err := m.js.DeleteKeyValue(testCtx(t), proto.BucketAdmission); err != nil {
+		t.Fatal(err)
+	}
+	m.publish(t, ep("g1", 0, 2, 0), "")
+	m.publish(t, infra(ep("g1", 1, 2, 0)), "")
+	eventually(t, 10*time.Second, "a failed refund", func() bool { return r.b.Stats().RefundErrors >= 1 })
+	if n := m.pending(t); n != 2 {
+		t.Fatalf("%d episodes pending after the failed refund, want both held unacked", n)
+	}
+	if err := bus.EnsureTopology(testCtx(t), m.js, 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the refund once the bucket is back", func() bool { return m.refunded(t) == 2 })
+	eventually(t, 10*time.Second, "acks", func() bool { return m.pending(t) == 0 })
+	if s := r.b.Stats(); s.DroppedGroup != 1 || s.Masked != 1 {
+		t.Fatalf("stats = %+v, want the group counted once: 1 dropped with its group, 1 masked", s)
+	}
+}

@@ -50,7 +50,8 @@ func (g *StalenessGate) Limit(v, consumed int64) int64 {
 }
 
 // Admit blocks until n more episodes may start, claims them, and returns the trainer version they were
-// admitted under.
+// admitted under. When the claim's write failed in a way the server may still have applied
+// (admission.ErrClaimUncertain), it returns that error with the version the claim was for.
 func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 	backoff := time.Millisecond
 	for {
@@ -68,7 +69,7 @@ func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 			}
 			ok, err := g.claim(ctx, n, g.Limit(v, consumed))
 			if err != nil {
-				return 0, err
+				return v, err
 			}
 			if ok {
 				return v, nil

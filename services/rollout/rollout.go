@@ -422,6 +422,15 @@ func (r *Rollout) Run(ctx context.Context) error {
 		v, err := gate.Admit(admitCtx, int64(r.cfg.GroupSize))
 		if err != nil {
 			release(slots, r.cfg.GroupSize)
+			if errors.Is(err, admission.ErrClaimUncertain) {
+				// The claim may have landed without its reply: a group that will never play is announced
+				// for it, so the replay-buffer times it out and gives back what it may hold (if the claim
+				// did not land, that gives back more than was taken, which the trainer's own staleness
+				// check absorbs; holding the room for good would narrow the gate instead).
+				r.announce(ctx, js, proto.GroupStart{Schema: proto.SchemaVersion, GroupID: nuid.Next(), Task: schedule.Next(),
+					GroupSize: r.cfg.GroupSize, StartVersion: v, RolloutID: r.cfg.ID, StartedAt: time.Now().UnixNano()}, log)
+				log.Error().Err(err).Int64("version", v).Msg("admission claim uncertain: announced a group that will not play, so its admissions come back")
+			}
 			if admitCtx.Err() == nil {
 				loopErr = err
 			}

@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/services/env/task/alfworld"
 	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/shared/admission"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -43,5 +46,43 @@ func TestRolloutStopsWhenTheVersionWatchEnds(t *testing.T) {
 	}
 	if r.Running() {
 		t.Fatal("still running after Run returned")
+	}
+}
+
+// A claim whose write may have landed without its reply is not left holding room in the gate for good:
+// the rollout announces a group that will not play, which the replay-buffer times out and refunds, and
+// stops with the claim's error.
+func TestUncertainClaimIsAnnouncedForItsRefund(t *testing.T) {
+	m := newMesh(t)
+	m.startHost(t)
+	m.publishModel(t, newModel(t, 1), 0, "")
+	// A bucket that refuses every value: the claim's read succeeds and its write fails.
+	if err := m.js.DeleteKeyValue(testCtx(t), proto.BucketAdmission); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.js.CreateKeyValue(testCtx(t), jetstream.KeyValueConfig{Bucket: proto.BucketAdmission, MaxValueSize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rollout.New(rollout.Config{Tasks: []string{alfworld.Name}, GroupSize: 4, BatchSize: 8, Eta: 0,
+		Concurrency: 8, Seed: 1, CallTimeout: 5 * time.Second, DrainTimeout: 2 * time.Second},
+		rollout.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, admission.ErrClaimUncertain) {
+			t.Fatalf("Run returned %v, want the uncertain claim", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run goes on after an uncertain claim")
+	}
+	if n := m.msgs(t, proto.StreamGroups); n != 1 {
+		t.Fatalf("%d group markers, want the one announced for the uncertain claim", n)
+	}
+	if n := m.msgs(t, proto.StreamEpisodes); n != 0 {
+		t.Fatalf("%d episodes published for a group that must not play", n)
 	}
 }

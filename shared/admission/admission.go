@@ -52,8 +52,13 @@ func (c *Counter) Read(ctx context.Context) (proto.Admission, uint64, error) {
 	return a, e.Revision(), nil
 }
 
+// ErrClaimUncertain wraps a claim's failed write that the server may nevertheless have applied (its
+// reply was lost): the caller must treat the admissions as possibly taken, and have them given back.
+var ErrClaimUncertain = errors.New("admission claim may have been applied")
+
 // TryClaim claims n admissions if at most limit would then be outstanding (started − refunded).
-// ok is false when the limit does not allow it; a lost race with another writer is retried here.
+// ok is false when the limit does not allow it; a lost race with another writer is retried here. An
+// error from the write itself wraps ErrClaimUncertain.
 func (c *Counter) TryClaim(ctx context.Context, n, limit int64) (ok bool, err error) {
 	for {
 		a, rev, err := c.Read(ctx)
@@ -67,7 +72,7 @@ func (c *Counter) TryClaim(ctx context.Context, n, limit int64) (ok bool, err er
 		if err := c.write(ctx, a, rev); err == nil {
 			return true, nil
 		} else if !isConflict(err) {
-			return false, err
+			return false, fmt.Errorf("%w: %w", ErrClaimUncertain, err)
 		}
 	}
 }

@@ -280,3 +280,39 @@ func TestClosedMark(t *testing.T) {
 		t.Fatalf("WatchClosed returned %v after its context ended", err)
 	}
 }
+
+// A claim whose write fails (here the bucket refuses values that large) may or may not have been applied
+// as far as the caller can tell: the error says so, while a read that fails, before anything is written,
+// does not.
+func TestFailedClaimWriteIsUncertain(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := bus.Connect(testCtx(t), srv.URL(), "admission-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(testCtx(t), jetstream.KeyValueConfig{Bucket: proto.BucketAdmission, MaxValueSize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := admission.Bind(testCtx(t), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryClaim(testCtx(t), 8, 64); !errors.Is(err, admission.ErrClaimUncertain) {
+		t.Fatalf("TryClaim with a failing write: %v, want ErrClaimUncertain", err)
+	}
+	if err := js.DeleteKeyValue(testCtx(t), proto.BucketAdmission); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryClaim(testCtx(t), 8, 64); err == nil || errors.Is(err, admission.ErrClaimUncertain) {
+		t.Fatalf("TryClaim with a failing read: %v, want an error that is not ErrClaimUncertain", err)
+	}
+}
