@@ -30,22 +30,29 @@ func chunkSize(n int) uint32 {
 // it. SHA256 is the digest the Object Store computed while storing the chunks (and that every Get checks
 // the bytes against), so the weights are hashed once, not twice.
 func PublishWeights(ctx context.Context, objects jetstream.ObjectStore, kv jetstream.KeyValue, rec proto.PolicyVersion, w []byte) (proto.PolicyVersion, error) {
+	rec, _, err := publishWeights(ctx, objects, rec, w, func(data []byte) (uint64, error) { return kv.Put(ctx, proto.KeyPolicyCurrent, data) })
+	return rec, err
+}
+
+// publishWeights is PublishWeights with the version record written by put, which returns its revision.
+func publishWeights(ctx context.Context, objects jetstream.ObjectStore, rec proto.PolicyVersion, w []byte, put func([]byte) (uint64, error)) (proto.PolicyVersion, uint64, error) {
 	rec.Schema, rec.Object, rec.Size = proto.SchemaVersion, proto.WeightsObject(rec.Version), int64(len(w))
 	info, err := objects.Put(ctx, jetstream.ObjectMeta{Name: rec.Object, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunkSize(len(w))}}, bytes.NewReader(w))
 	if err != nil {
-		return rec, fmt.Errorf("put weights %s: %w", rec.Object, err)
+		return rec, 0, fmt.Errorf("put weights %s: %w", rec.Object, err)
 	}
 	sum, err := jetstream.DecodeObjectDigest(info.Digest)
 	if err != nil {
-		return rec, fmt.Errorf("weights %s: digest %q: %w", rec.Object, info.Digest, err)
+		return rec, 0, fmt.Errorf("weights %s: digest %q: %w", rec.Object, info.Digest, err)
 	}
 	rec.SHA256, rec.PublishedAt = hex.EncodeToString(sum), time.Now().UnixNano()
 	data, err := codec.Marshal(rec, 0)
 	if err != nil {
-		return rec, err
+		return rec, 0, err
 	}
-	if _, err := kv.Put(ctx, proto.KeyPolicyCurrent, data); err != nil {
-		return rec, fmt.Errorf("put policy version: %w", err)
+	rev, err := put(data)
+	if err != nil {
+		return rec, 0, fmt.Errorf("put policy version: %w", err)
 	}
-	return rec, nil
+	return rec, rev, nil
 }

@@ -129,13 +129,17 @@ type Trainer struct {
 	deps    Deps
 	running atomic.Bool
 
-	model  *policy.Model
-	ref    *policy.Model // frozen reference of the KL penalty (nil when it is off)
-	adam   *policy.Adam
-	grad   []float64
-	cp     checkpoint
-	groups map[uint64]struct{}
-	keys   []byte // the keys of groups, oldest first, 8 bytes each (little-endian)
+	model *policy.Model
+	ref   *policy.Model // frozen reference of the KL penalty (nil when it is off)
+	adam  *policy.Adam
+	grad  []float64
+	cp    checkpoint
+	// kvRev is the revision of the policy version record this trainer last wrote or read at its start, and
+	// published the record it last wrote: the fence against a second trainer (see fence).
+	kvRev     uint64
+	published *proto.PolicyVersion
+	groups    map[uint64]struct{}
+	keys      []byte // the keys of groups, oldest first, 8 bytes each (little-endian)
 	// loggedAhead is the last version past the checkpoint that the trained-groups log held a record of at
 	// restore (an attempt that crashed before its checkpoint): each version up to it is logged again, with
 	// no keys if it trains none, so that the crashed attempt's record is never the last of its version.
@@ -395,23 +399,83 @@ func (t *Trainer) saveCheckpoint(ctx context.Context, st stores) error {
 	return nil
 }
 
-// publishVersion puts the current weights in the Object Store and the version record in KV. With force
-// false it does nothing when KV already names this version (after a restart, or a retry).
+// ErrFenced says another trainer wrote the policy version record since this one last did: two trainers
+// are running on one mesh. The one that finds it stops, before it writes its checkpoint when it can.
+var ErrFenced = errors.New("another trainer published a policy version")
+
+// current reads the version record and its revision (nil and 0 when there is none).
+func current(ctx context.Context, st stores) (*proto.PolicyVersion, uint64, error) {
+	e, err := st.kv.Get(ctx, proto.KeyPolicyCurrent)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read policy version: %w", err)
+	}
+	var rec proto.PolicyVersion
+	if err := codec.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, e.Revision(), nil // written over by the next version
+	}
+	return &rec, e.Revision(), nil
+}
+
+// fence checks that the version record is still the one this trainer wrote last (or read at its start),
+// adopting a revision that holds its own last record (a write whose reply was lost).
+func (t *Trainer) fence(ctx context.Context, st stores) error {
+	rec, rev, err := current(ctx, st)
+	if err != nil {
+		return err
+	}
+	if rev == t.kvRev {
+		return nil
+	}
+	if rec != nil && t.published != nil && rec.Version == t.published.Version && rec.BatchID == t.published.BatchID && rec.SHA256 == t.published.SHA256 {
+		t.kvRev = rev
+		return nil
+	}
+	found := int64(-1)
+	if rec != nil {
+		found = rec.Version
+	}
+	return fmt.Errorf("%w: the version record is at revision %d (version %d), this trainer's at %d (version %d)", ErrFenced, rev, found, t.kvRev, t.cp.Version-1)
+}
+
+// publishVersion puts the current weights in the Object Store and the version record in KV, the record
+// only if no other trainer has written it since this one (compare-and-set, ErrFenced otherwise). With
+// force false (at the start) it adopts the record as it is, and does nothing more when it already names
+// this version (after a restart, or a retry).
 func (t *Trainer) publishVersion(ctx context.Context, st stores, force bool) error {
 	if !force {
-		if e, err := st.kv.Get(ctx, proto.KeyPolicyCurrent); err == nil {
-			var rec proto.PolicyVersion
-			if codec.Unmarshal(e.Value(), &rec) == nil && rec.Version == t.cp.Version {
-				t.version.Set(float64(rec.Version))
-				return nil
-			}
+		cur, rev, err := current(ctx, st)
+		if err != nil {
+			return err
+		}
+		t.kvRev, t.published = rev, cur
+		if cur != nil && cur.Version == t.cp.Version {
+			t.version.Set(float64(cur.Version))
+			return nil
 		}
 	}
 	rec := proto.PolicyVersion{Version: t.cp.Version, EpisodesTrained: t.cp.EpisodesTrained,
 		EpisodesConsumed: t.cp.EpisodesTrained + t.cp.StaleDropped, BatchID: t.cp.LastBatchID}
-	if _, err := PublishWeights(ctx, st.weights, st.kv, rec, t.cp.Model); err != nil {
+	rec, rev, err := publishWeights(ctx, st.weights, rec, t.cp.Model, func(data []byte) (uint64, error) {
+		if t.kvRev == 0 {
+			return st.kv.Create(ctx, proto.KeyPolicyCurrent, data)
+		}
+		return st.kv.Update(ctx, proto.KeyPolicyCurrent, data, t.kvRev)
+	})
+	if err != nil && admission.IsConflict(err) {
+		// Ours, if an earlier attempt's write landed without its reply; another trainer's otherwise.
+		if cur, curRev, rerr := current(ctx, st); rerr == nil && cur != nil && cur.Version == rec.Version && cur.BatchID == rec.BatchID && cur.SHA256 == rec.SHA256 {
+			rev, err = curRev, nil
+		} else {
+			err = fmt.Errorf("%w: %w", ErrFenced, err)
+		}
+	}
+	if err != nil {
 		return err
 	}
+	t.kvRev, t.published = rev, &rec
 	if old := t.cp.Version - proto.WeightsHistory; old >= 0 {
 		_ = st.weights.Delete(ctx, proto.WeightsObject(old)) // older versions may already be gone
 	}
@@ -510,8 +574,8 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		err = nil
-		if len(fresh) > 0 || t.cp.Version <= t.loggedAhead {
+		err = t.fence(pctx, st) // before anything durable: another trainer's state must not be written over
+		if err == nil && (len(fresh) > 0 || t.cp.Version <= t.loggedAhead) {
 			err = t.logGroups(pctx, st, t.cp.Version, fresh)
 		}
 		if err == nil {
@@ -520,7 +584,7 @@ func (t *Trainer) handle(ctx context.Context, st stores, m jetstream.Msg, log ze
 		if err == nil {
 			err = t.publishVersion(pctx, st, true)
 		}
-		if err == nil || pctx.Err() != nil {
+		if err == nil || pctx.Err() != nil || errors.Is(err, ErrFenced) {
 			break
 		}
 		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)

@@ -1,6 +1,7 @@
 package trainer_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -787,5 +788,67 @@ func TestTurnStalenessTrainsTheFreshTurns(t *testing.T) {
 	eventually(t, 10*time.Second, "three batches counted", func() bool { return r2.tr.Stats().Batches == 3 })
 	if s := r2.tr.Stats(); s.EpisodesTrained != 4 || s.StaleDropped != 3 || s.StaleTurns != 0 {
 		t.Fatalf("stats by admission %+v: want 4 trained, 3 stale", s)
+	}
+}
+
+// Another trainer on the mesh (here the test writes the version record as one would): the trainer finds
+// the record is no longer its own before its next checkpoint and stops with ErrFenced, leaving the
+// checkpoint and the record as they were.
+func TestTrainerIsFencedByAnotherTrainersVersion(t *testing.T) {
+	m := newMesh(t)
+	tr, err := trainer.New(testConfig(1), trainer.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- tr.Run(ctx) }()
+	eventually(t, 10*time.Second, "the trainer to run", tr.Running)
+	pm := m.model(t)
+	m.publishBatch(t, "tb-1", proto.TrainBatch{ID: "tb-1", Episodes: group(pm, "g1", 0)})
+	eventually(t, 10*time.Second, "version 1", func() bool { return tr.Stats().Version == 1 })
+
+	kv, err := m.js.KeyValue(testCtx(t), proto.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := codec.Marshal(proto.PolicyVersion{Schema: proto.SchemaVersion, Version: 2, BatchID: "other-trainer", Object: proto.WeightsObject(2)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(testCtx(t), proto.KeyPolicyCurrent, other); err != nil {
+		t.Fatal(err)
+	}
+	m.publishBatch(t, "tb-2", proto.TrainBatch{ID: "tb-2", Episodes: group(pm, "g2", 1)})
+	select {
+	case err := <-done:
+		if !errors.Is(err, trainer.ErrFenced) {
+			t.Fatalf("Run returned %v, want ErrFenced", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the trainer ran on over another trainer's version")
+	}
+	e, err := kv.Get(testCtx(t), proto.KeyPolicyCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Value()) != string(other) {
+		t.Fatal("the fenced trainer wrote the version record over the other trainer's")
+	}
+	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := codec.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(cp["version"]) != "1" {
+		t.Fatalf("checkpoint at version %v after the fence, want 1 (not written over)", cp["version"])
 	}
 }

@@ -105,6 +105,9 @@ func (c *Counter) write(ctx context.Context, a proto.Admission, rev uint64) erro
 	return err
 }
 
+// IsConflict reports a lost compare-and-set on a KV key (see isConflict).
+func IsConflict(err error) bool { return isConflict(err) }
+
 // isConflict reports a lost compare-and-set: Update reports ErrKeyRevisionMismatch (codes 10071 on one
 // server, 10164 on a replicated bucket), Create reports ErrKeyExists.
 func isConflict(err error) bool {
