@@ -196,18 +196,28 @@ func TestRacingWritersNeverOvershoot(t *testing.T) {
 	}
 }
 
-func TestBindWithoutBucket(t *testing.T) {
+// bare starts an embedded server without the mesh's topology and returns a JetStream context on it.
+func bare(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown()
+	t.Cleanup(srv.Shutdown)
 	nc, err := bus.Connect(testCtx(t), srv.URL(), "admission-test", zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, _ := bus.JetStream(nc)
+	t.Cleanup(nc.Close)
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func TestBindWithoutBucket(t *testing.T) {
+	js := bare(t)
 	if _, err := admission.Bind(testCtx(t), js); err == nil {
 		t.Fatal("Bind without the admission bucket succeeded")
 	}
@@ -285,20 +295,7 @@ func TestClosedMark(t *testing.T) {
 // as far as the caller can tell: the error says so, while a read that fails, before anything is written,
 // does not.
 func TestFailedClaimWriteIsUncertain(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := bus.Connect(testCtx(t), srv.URL(), "admission-test", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := bare(t)
 	if _, err := js.CreateKeyValue(testCtx(t), jetstream.KeyValueConfig{Bucket: proto.BucketAdmission, MaxValueSize: 4}); err != nil {
 		t.Fatal(err)
 	}
