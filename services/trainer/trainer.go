@@ -429,7 +429,7 @@ func (t *Trainer) fence(ctx context.Context, st stores) error {
 	if rev == t.kvRev {
 		return nil
 	}
-	if rec != nil && t.published != nil && rec.Version == t.published.Version && rec.BatchID == t.published.BatchID && rec.SHA256 == t.published.SHA256 {
+	if t.published != nil && sameRecord(rec, *t.published) {
 		t.kvRev = rev
 		return nil
 	}
@@ -438,6 +438,11 @@ func (t *Trainer) fence(ctx context.Context, st stores) error {
 		found = rec.Version
 	}
 	return fmt.Errorf("%w: the version record is at revision %d (version %d), this trainer's at %d (version %d)", ErrFenced, rev, found, t.kvRev, t.cp.Version-1)
+}
+
+// sameRecord reports whether the stored record rec (nil: none) is the one this trainer wrote as want.
+func sameRecord(rec *proto.PolicyVersion, want proto.PolicyVersion) bool {
+	return rec != nil && rec.Version == want.Version && rec.BatchID == want.BatchID && rec.SHA256 == want.SHA256
 }
 
 // publishVersion puts the current weights in the Object Store and the version record in KV, the record
@@ -466,7 +471,7 @@ func (t *Trainer) publishVersion(ctx context.Context, st stores, force bool) err
 	})
 	if err != nil && admission.IsConflict(err) {
 		// Ours, if an earlier attempt's write landed without its reply; another trainer's otherwise.
-		if cur, curRev, rerr := current(ctx, st); rerr == nil && cur != nil && cur.Version == rec.Version && cur.BatchID == rec.BatchID && cur.SHA256 == rec.SHA256 {
+		if cur, curRev, rerr := current(ctx, st); rerr == nil && sameRecord(cur, rec) {
 			rev, err = curRev, nil
 		} else {
 			err = fmt.Errorf("%w: %w", ErrFenced, err)

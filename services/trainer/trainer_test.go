@@ -836,16 +836,8 @@ func TestTrainerIsFencedByAnotherTrainersVersion(t *testing.T) {
 	if string(e.Value()) != string(other) {
 		t.Fatal("the fenced trainer wrote the version record over the other trainer's")
 	}
-	obj, err := m.js.ObjectStore(testCtx(t), proto.BucketCheckpoints)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := obj.GetBytes(testCtx(t), proto.KeyCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cp map[string]any
-	if err := codec.Unmarshal(b, &cp); err != nil {
+	if err := codec.Unmarshal(m.checkpointBytes(t), &cp); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(cp["version"]) != "1" {
