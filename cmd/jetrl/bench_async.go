@@ -60,7 +60,7 @@ type benchAsyncCmd struct {
 	CalBusy       float64       `name:"calibration-busy" default:"0.97" help:"With --epochs 0: the trainer busy fraction the calibration aims for in the asynchronous mode."`
 	CalEpochs     int           `name:"calibration-epochs" default:"4" help:"With --epochs 0: the epochs of the first calibration run."`
 	CalBatches    int64         `name:"calibration-batches" default:"0" help:"With --epochs 0: the batches each calibration and check run measures, centred on the window's middle (0: the whole window, measured as the asynchronous mode measures it, without the evaluation)."`
-	Recalibrate   bool          `name:"recalibrate" default:"true" negatable:"" help:"With --epochs 0: before each pair after the first, check the epochs in an asynchronous run and raise them if the trainer was under 96% busy (the machine's speed moves; see README)."`
+	Recalibrate   bool          `name:"recalibrate" default:"true" negatable:"" help:"With --epochs 0: before each pair after the first, check the epochs in an asynchronous run: raise them if the trainer was under 96% busy, lower them if its update took 25% longer per turn than in the calibration's chosen run (the machine's speed moves; see README)."`
 	LR            float64       `name:"lr" default:"0.0035" help:"The trainer's Adam learning rate in both modes, whatever the epochs: the rate per step sets how fast both modes learn (README: 0.0015 learned slowly, 0.0067 stalled the asynchronous mode on kg)."`
 	LREpochs      int           `name:"lr-epochs" default:"0" help:"If above 0, the learning rate is instead the default rate 0.01 times this over the epochs, so each batch moves the policy about as far as this many epochs at 0.01 do."`
 	Correction    string        `name:"correction" enum:"none,decoupled,truncated" default:"truncated" help:"Off-policy correction of the trainer in both modes (as jetrl up --correction; decoupled and truncated equal none on fresh data)."`
@@ -214,6 +214,9 @@ type asyncCalibration struct {
 	// RecalibrateBelow (with --recalibrate) is the trainer busy fraction under which a pair's check
 	// raises the epochs (recalibrateBelow).
 	RecalibrateBelow float64 `json:"recalibrate_below,omitempty"`
+	// RecalibrateSlower (with --recalibrate) is how much more trainer work per turn a busy check's epochs
+	// take than the chosen run's before the check lowers them (recalibrateSlower).
+	RecalibrateSlower float64 `json:"recalibrate_slower,omitempty"`
 }
 
 // asyncCalibRun is one calibration or check run.
@@ -388,7 +391,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
 		if c.Recalibrate {
-			cal.RecalibrateBelow = recalibrateBelow
+			cal.RecalibrateBelow, cal.RecalibrateSlower = recalibrateBelow, recalibrateSlower
 		}
 		c.Epochs, res.Workload.Calibration = cal.ChosenEpochs, cal
 	}
@@ -401,7 +404,7 @@ func (c *benchAsyncCmd) run(ctx context.Context) (*asyncBenchResult, error) {
 		if i > 0 && res.Workload.Calibration != nil && c.Recalibrate {
 			// On the pair's own seed: the instances, episode lengths and latency draws its asynchronous
 			// mode plays next, so the check differs from it only by the machine's speed.
-			if p.Recalibration, epochs, err = pc.recalibrate(ctx, epochs, log, say); err != nil {
+			if p.Recalibration, epochs, err = pc.recalibrate(ctx, epochs, res.Workload.Calibration.chosenRun(), log, say); err != nil {
 				return nil, fmt.Errorf("recalibration before seed %d: %w", pc.Seed, err)
 			}
 		}
@@ -608,18 +611,28 @@ func (c *benchAsyncCmd) calibrationRun(ctx context.Context, e int, log zerolog.L
 // recalibrateBelow is the trainer busy fraction under which a pair's check raises the epochs. It is below
 // the calibration's target: between the two, more epochs gain little busy time (near the plateau) and
 // cost both modes speed, and a check reads a few points either side of the pair's own figure.
+// recalibrateSlower is how much more update time per trained turn a busy check's epochs take than the
+// calibration's chosen run did (its epochs times its update pace) before the check tries fewer epochs.
 const (
-	recalibrateBelow = 0.96
-	recalibrateRuns  = 2
+	recalibrateBelow  = 0.96
+	recalibrateSlower = 1.25
+	recalibrateRuns   = 2
 )
 
-// recalibrate checks e, the epochs of the pair before, in a calibration run on c's seed (the next pair's): the
-// trainer's work per batch is CPU time and the env's latencies are wall time, so when the machine has
-// sped up since the calibration the trainer waits for data. Under recalibrateBelow busy it raises the
-// epochs as the calibration does (nextEpochs, aimed at --calibration-busy) and runs again, at most
-// recalibrateRuns runs in all, and chooses as the calibration does (chooseEpochs) over them. The epochs
-// only rise: a trainer that is busy may have epochs to spare, but that takes runs at fewer epochs to tell.
-func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, log zerolog.Logger, say func(string, ...any)) ([]asyncCalibRun, int, error) {
+// recalibrate checks e, the epochs of the pair before, in a calibration run on c's seed (the next pair's).
+// The trainer's work per batch is CPU time and the env's latencies are wall time, so the epochs that keep
+// the trainer busy move with the machine's speed:
+//   - sped up since the calibration, the trainer waits for data. Under recalibrateBelow busy the check
+//     raises the epochs as the calibration does (nextEpochs, aimed at --calibration-busy) and runs again;
+//   - slowed down, the trainer is busy but each batch takes longer, and the asynchronous mode, whose rate
+//     is the trainer's, loses against the synchronous one, which waits for the env either way. When a
+//     busy check's update pace times its epochs is recalibrateSlower past the calibration's chosen run's
+//     (ref), it runs again at the epochs that take the chosen run's update time per turn at the check's
+//     pace (lowerEpochs).
+//
+// At most recalibrateRuns runs in all; a second run under recalibrateBelow busy leaves the choice to
+// chooseEpochs over both, as in the calibration.
+func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, ref asyncCalibRun, log zerolog.Logger, say func(string, ...any)) ([]asyncCalibRun, int, error) {
 	var runs []asyncCalibRun
 	for range recalibrateRuns {
 		r, err := c.calibrationRun(ctx, e, log, say)
@@ -628,7 +641,17 @@ func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, log zerolog.Logg
 		}
 		runs = append(runs, r)
 		if r.TrainerBusy >= recalibrateBelow {
-			return runs, e, nil
+			lower := lowerEpochs(e, r.UpdatePace, ref)
+			if lower == e || len(runs) == recalibrateRuns {
+				return runs, e, nil
+			}
+			say("check: %.1f µs per trained turn and epoch at %d epochs against %.1f at the calibration's %d: %d epochs",
+				r.UpdatePace, e, ref.UpdatePace, ref.Epochs, lower)
+			e = lower
+			continue
+		}
+		if len(runs) > 1 && runs[0].TrainerBusy >= recalibrateBelow {
+			break // fewer epochs than the first check left the trainer waiting: the first check's stand
 		}
 		if e == calibrateMaxEpochs {
 			break
@@ -636,6 +659,31 @@ func (c *benchAsyncCmd) recalibrate(ctx context.Context, e int, log zerolog.Logg
 		e = nextEpochs(e, r.TrainerBusy, c.CalBusy)
 	}
 	return runs, chooseEpochs(runs), nil
+}
+
+// lowerEpochs returns the epochs that take ref's trainer work per trained turn (its epochs times its update
+// pace) at a check's pace, when e epochs at that pace take more than recalibrateSlower times it, and e
+// otherwise (also when either pace is unknown). The result is rounded up and at least one.
+func lowerEpochs(e int, pace float64, ref asyncCalibRun) int {
+	if !(pace > 0) || !(ref.UpdatePace > 0) || ref.Epochs < 1 {
+		return e
+	}
+	work := float64(ref.Epochs) * ref.UpdatePace
+	if float64(e)*pace <= recalibrateSlower*work {
+		return e
+	}
+	return min(e, max(1, int(math.Ceil(work/pace))))
+}
+
+// chosenRun is the calibration run at its chosen epochs (the last such), the reference of the checks
+// before the pairs (recalibrate); the zero run when there is none.
+func (cal *asyncCalibration) chosenRun() asyncCalibRun {
+	for i := len(cal.Runs) - 1; i >= 0; i-- {
+		if cal.Runs[i].Epochs == cal.ChosenEpochs {
+			return cal.Runs[i]
+		}
+	}
+	return asyncCalibRun{}
 }
 
 // nextEpochs is the epochs of the calibration run after one at e epochs that kept the trainer busy the

@@ -133,9 +133,10 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 			c.Epochs, res.Pairs[0].Epochs, len(res.Pairs[0].Recalibration), cal.ChosenEpochs)
 	}
 	// --recalibrate (the default): the second pair's epochs were checked in one or two runs, starting at the
-	// first pair's, raised only when the trainer was under recalibrateBelow busy.
-	if cal.RecalibrateBelow != recalibrateBelow {
-		t.Errorf("recalibrate_below %v, want %v", cal.RecalibrateBelow, recalibrateBelow)
+	// first pair's: raised when the trainer was under recalibrateBelow busy, lowered (lowerEpochs) when it
+	// was busy but slower per turn than in the calibration's chosen run.
+	if cal.RecalibrateBelow != recalibrateBelow || cal.RecalibrateSlower != recalibrateSlower {
+		t.Errorf("recalibrate_below %v and recalibrate_slower %v, want %v and %v", cal.RecalibrateBelow, cal.RecalibrateSlower, recalibrateBelow, recalibrateSlower)
 	}
 	rc := res.Pairs[1].Recalibration
 	if len(rc) == 0 || len(rc) > recalibrateRuns || rc[0].Epochs != res.Pairs[0].Epochs {
@@ -147,16 +148,27 @@ func TestBenchAsyncVsSyncSmoke(t *testing.T) {
 		}
 	}
 	wantEpochs := rc[0].Epochs
-	if rc[0].TrainerBusy < cal.RecalibrateBelow {
+	switch lower := lowerEpochs(rc[0].Epochs, rc[0].UpdatePace, cal.chosenRun()); {
+	case rc[0].TrainerBusy < cal.RecalibrateBelow:
 		if len(rc) == 2 && rc[1].Epochs != nextEpochs(rc[0].Epochs, rc[0].TrainerBusy, cal.TargetBusy) {
 			t.Errorf("recalibration %+v: want the second run at the epochs nextEpochs gives", rc)
 		}
 		wantEpochs = chooseEpochs(rc)
-	} else if len(rc) != 1 {
-		t.Errorf("recalibration %+v: want no second run after one at least %v busy", rc, cal.RecalibrateBelow)
+		if wantEpochs < res.Pairs[0].Epochs {
+			t.Errorf("recalibration %+v chose %d epochs: a trainer waiting for data never gets fewer than the first pair's %d", rc, wantEpochs, res.Pairs[0].Epochs)
+		}
+	case lower < rc[0].Epochs:
+		if len(rc) != 2 || rc[1].Epochs != lower {
+			t.Fatalf("recalibration %+v: a busy check slower than the calibration wants a second run at %d epochs", rc, lower)
+		}
+		if wantEpochs = lower; rc[1].TrainerBusy < cal.RecalibrateBelow {
+			wantEpochs = chooseEpochs(rc)
+		}
+	case len(rc) != 1:
+		t.Errorf("recalibration %+v: want no second run after one at least %v busy at the calibration's pace", rc, cal.RecalibrateBelow)
 	}
-	if res.Pairs[1].Epochs != wantEpochs || wantEpochs < res.Pairs[0].Epochs {
-		t.Errorf("second pair at %d epochs after the checks %+v: want %d, never fewer than the first pair's %d", res.Pairs[1].Epochs, rc, wantEpochs, res.Pairs[0].Epochs)
+	if res.Pairs[1].Epochs != wantEpochs {
+		t.Errorf("second pair at %d epochs after the checks %+v: want %d", res.Pairs[1].Epochs, rc, wantEpochs)
 	}
 	if wantWorkload := map[bool]int{true: cal.ChosenEpochs, false: 0}[wantEpochs == cal.ChosenEpochs]; res.Workload.Epochs != wantWorkload {
 		t.Errorf("workload epochs %d with pairs at %d and %d: want %d (0 when the pairs differ)", res.Workload.Epochs, res.Pairs[0].Epochs, res.Pairs[1].Epochs, wantWorkload)
@@ -873,5 +885,38 @@ func TestCalibrationStepsAtLeastAnEighth(t *testing.T) {
 		if got := nextEpochs(tc.epochs, tc.busy, 0.97); got != tc.want {
 			t.Errorf("after %d epochs at %.1f%%: next %d, want %d", tc.epochs, 100*tc.busy, got, tc.want)
 		}
+	}
+}
+
+// A check that reads the trainer busy but slower per turn than the calibration's chosen run tries the
+// epochs that take the chosen run's work per turn at its pace. Seed 135 of 2026-12-07: 12 epochs at 54.3
+// µs per turn and epoch against the chosen run's 12 at 37.2 ran the pair at 2.66x.
+func TestRecalibrationLowersTheEpochsOfASlowerMachine(t *testing.T) {
+	ref := asyncCalibRun{Epochs: 12, UpdatePace: 37.2, TrainerBusy: 0.983}
+	cal := &asyncCalibration{ChosenEpochs: 12, Runs: []asyncCalibRun{{Epochs: 8, UpdatePace: 42.7}, ref, {Epochs: 14, UpdatePace: 40}}}
+	if got := cal.chosenRun(); got != ref {
+		t.Fatalf("chosen run %+v, want %+v", got, ref)
+	}
+	for _, tc := range []struct {
+		epochs int
+		pace   float64
+		want   int
+	}{
+		{12, 54.3, 9},  // 446 µs per turn against 367 in the chosen run: 367/54.3 = 8.2
+		{12, 46.0, 12}, // 24% slower: within recalibrateSlower
+		{12, 30.0, 12}, // faster: the busy check stands (a waiting trainer is raised instead)
+		{16, 40.0, 12}, // raised before on a faster machine, now 43% past the chosen run's work
+		{1, 500, 1},    // never under one epoch
+		{12, 0, 12},    // no pace measured
+	} {
+		if got := lowerEpochs(tc.epochs, tc.pace, ref); got != tc.want {
+			t.Errorf("%d epochs at %.1f µs: %d, want %d", tc.epochs, tc.pace, got, tc.want)
+		}
+	}
+	if got := lowerEpochs(12, 54.3, asyncCalibRun{}); got != 12 {
+		t.Errorf("without a chosen run: %d epochs, want 12", got)
+	}
+	if got := (&asyncCalibration{ChosenEpochs: 3}).chosenRun(); got != (asyncCalibRun{}) {
+		t.Errorf("chosen run of a calibration without one: %+v", got)
 	}
 }
