@@ -526,6 +526,49 @@ func init() {
 	registerSlice[Episode]()
 	registerSlice[TrainEpisode]()
 	registerSlice[string]() // msgpack's own caps the claim at a million strings (24 MB) instead
+	// Maps it sizes by the claim too, capped at a million entries: tens of MB for a few bytes.
+	registerMap[string, TaskStat]()
+}
+
+// registerMap makes msgpack decode every map[K]V with decodeMap.
+func registerMap[K comparable, V any]() {
+	msgpack.Register(map[K]V(nil), nil, func(d *msgpack.Decoder, v reflect.Value) error {
+		m, err := decodeMap[K, V](d)
+		if err != nil {
+			return err
+		}
+		v.Set(reflect.ValueOf(m))
+		return nil
+	})
+}
+
+// decodeMap reads a map of K to V: nil for msgpack nil, an error for a length the input cannot hold (every
+// entry takes at least two bytes).
+func decodeMap[K comparable, V any](d *msgpack.Decoder) (map[K]V, error) {
+	n, err := d.DecodeMapLen()
+	if err != nil || n == -1 {
+		return nil, err
+	}
+	if err := checkRemaining(d, 2*n); err != nil {
+		return nil, err
+	}
+	size := n
+	if _, ok := d.Buffered().(*bytes.Reader); !ok {
+		size = min(n, sliceChunk)
+	}
+	m := make(map[K]V, size)
+	for i := range n {
+		var k K
+		if err := d.Decode(&k); err != nil {
+			return nil, fmt.Errorf("key %d: %w", i, err)
+		}
+		var v V
+		if err := d.Decode(&v); err != nil {
+			return nil, fmt.Errorf("value %d: %w", i, err)
+		}
+		m[k] = v
+	}
+	return m, nil
 }
 
 // registerSlice makes msgpack decode every []T with decodeSlice.

@@ -412,6 +412,10 @@ func TestStructSlicesRefuseLengthsTheInputCannotHold(t *testing.T) {
 		b := append([]byte{0x81, 0xa0 | byte(len(name))}, name...)
 		return append(b, 0xdd, 0xff, 0xff, 0xff, 0xff) // array32 of 4,294,967,295 elements, none following
 	}
+	mapField := func(name string) []byte {
+		b := append([]byte{0x81, 0xa0 | byte(len(name))}, name...)
+		return append(b, 0xdf, 0xff, 0xff, 0xff, 0xff) // map32 of 4,294,967,295 entries, none following
+	}
 	cases := map[string]struct {
 		data []byte
 		into any
@@ -425,6 +429,8 @@ func TestStructSlicesRefuseLengthsTheInputCannotHold(t *testing.T) {
 		"EnvStartReply.admissible": {field("admissible"), &proto.EnvStartReply{}},
 		"EnvStartReply.messages":   {field("messages"), &proto.EnvStartReply{}},
 		"RolloutHeartbeat.groups":  {field("groups"), &proto.RolloutHeartbeat{}},
+		"TrainBatch.tasks":         {mapField("tasks"), &proto.TrainBatch{}},
+		"TrainStep.tasks":          {mapField("tasks"), &proto.TrainStep{}},
 	}
 	for name, c := range cases {
 		var before, after runtime.MemStats
@@ -447,5 +453,14 @@ func TestStructSlicesRefuseLengthsTheInputCannotHold(t *testing.T) {
 	var got proto.Batch
 	if err := msgpack.Unmarshal(data, &got); err != nil || !reflect.DeepEqual(got, b) {
 		t.Fatalf("batch decoded to %+v, %v", got, err)
+	}
+	// And a train step's tasks, entries and all.
+	pv := proto.TrainStep{Schema: proto.SchemaVersion, Version: 3, Tasks: map[string]proto.TaskStat{"os": {Episodes: 4, Successes: 2, MeanReward: 0.5}, "kg": {Episodes: 2}}}
+	if data, err = msgpack.Marshal(pv); err != nil {
+		t.Fatal(err)
+	}
+	var gotPV proto.TrainStep
+	if err := msgpack.Unmarshal(data, &gotPV); err != nil || !reflect.DeepEqual(gotPV, pv) {
+		t.Fatalf("train step decoded to %+v, %v", gotPV, err)
 	}
 }
