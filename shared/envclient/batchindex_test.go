@@ -86,3 +86,47 @@ func TestLateStartReplyIsCancelled(t *testing.T) {
 	}
 	bustest.Eventually(t, 5*time.Second, "the orphan counted", func() bool { return c.BatchStats().OrphanStarts >= 1 })
 }
+
+// The same for a start made on its own (a host that does not serve batches, or Unbatched): its late reply
+// reaches the inbox the start was made on, which outlives the wait, and its session is cancelled.
+func TestLateSingleStartReplyIsCancelled(t *testing.T) {
+	url := server(t)
+	nc := connect(t, url)
+	cancels := make(chan string, 4)
+	sub, err := nc.Subscribe(proto.SubjectEnvCancel("late-host"), func(m *nats.Msg) {
+		var req proto.EnvCancelRequest
+		if err := codec.Unmarshal(m.Data, &req); err == nil {
+			cancels <- req.SessionID
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	serve(t, url, proto.SubjectEnvStart, func(r micro.Request) {
+		time.Sleep(700 * time.Millisecond) // past the caller's timeout
+		b, err := codec.Marshal(proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "orphan", HostID: "late-host"}, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = nc.Publish(r.Reply(), b)
+	})
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 200 * time.Millisecond, StartRetries: 1, Unbatched: true})
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Start(testCtx(t), proto.EnvStartRequest{Task: "alfworld", Split: proto.SplitTrain, Seed: 1}); !errors.Is(err, proto.ErrEnvTimeout) {
+		t.Fatalf("start: %v, want ErrEnvTimeout", err)
+	}
+	// Both tries timed out; each reply comes late and its session is cancelled.
+	for range 2 {
+		select {
+		case id := <-cancels:
+			if id != "orphan" {
+				t.Fatalf("cancelled %q, want the orphan session", id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the session of a late start reply was not cancelled")
+		}
+	}
+	bustest.Eventually(t, 5*time.Second, "the orphans counted", func() bool { return c.BatchStats().OrphanStarts == 2 })
+}

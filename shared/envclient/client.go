@@ -229,7 +229,94 @@ func (c *Client) startOnce(ctx context.Context, req *proto.EnvStartRequest, data
 	if !errors.Is(err, errBatchSkipped) {
 		return nil, err
 	}
-	return requestReply[proto.EnvStartReply](ctx, c, proto.SubjectEnvStart, data)
+	return c.startSingle(ctx, data)
+}
+
+// startSingle makes a start as a request of its own, on an inbox of its own rather than the connection's
+// shared one, which drops a reply that comes after its request gave up: a late reply opened a session
+// nobody will play, and it is cancelled on its host (cancelOrphan), as the batched path does. The inbox
+// waits for such a reply for lateStartGrace.
+func (c *Client) startSingle(ctx context.Context, data []byte) (*proto.EnvStartReply, error) {
+	inbox := c.nc.NewInbox()
+	got := make(chan *nats.Msg, 1)
+	var mu sync.Mutex
+	waiting := true
+	sub, err := c.nc.Subscribe(inbox, func(m *nats.Msg) {
+		mu.Lock()
+		w := waiting
+		if w {
+			got <- m
+		}
+		mu.Unlock()
+		if !w {
+			c.lateStart(m)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", proto.ErrEnvUnavailable, proto.SubjectEnvStart, err)
+	}
+	_ = sub.AutoUnsubscribe(1)
+	giveUp := func() {
+		mu.Lock()
+		waiting = false
+		mu.Unlock()
+		select {
+		case m := <-got: // came as the wait ended
+			c.lateStart(m)
+			_ = sub.Unsubscribe()
+		default:
+			time.AfterFunc(lateStartGrace, func() { _ = sub.Unsubscribe() })
+		}
+	}
+	if err := c.nc.PublishRequest(proto.SubjectEnvStart, inbox, data); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("%w: %s: %v", proto.ErrEnvUnavailable, proto.SubjectEnvStart, err)
+	}
+	timeout := time.NewTimer(c.cfg.CallTimeout)
+	defer timeout.Stop()
+	var msg *nats.Msg
+	select {
+	case msg = <-got:
+	case <-ctx.Done():
+		giveUp()
+		return nil, ctx.Err()
+	case <-timeout.C:
+		giveUp()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s after %v", proto.ErrEnvTimeout, proto.SubjectEnvStart, c.cfg.CallTimeout)
+	}
+	if noResponders(msg) {
+		return nil, fmt.Errorf("%w: no responders on %s", proto.ErrEnvUnavailable, proto.SubjectEnvStart)
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		known := proto.ErrorFromWire(desc)
+		return nil, fmt.Errorf("%w%s", known, strings.TrimPrefix(desc, known.Error()))
+	}
+	var rep proto.EnvStartReply
+	if err := codec.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+// lateStart cancels the session a start reply opened after its caller gave up (an error reply opened none).
+func (c *Client) lateStart(m *nats.Msg) {
+	if noResponders(m) || m.Header.Get(micro.ErrorHeader) != "" {
+		return
+	}
+	var rep proto.EnvStartReply
+	if err := codec.Unmarshal(m.Data, &rep); err != nil || rep.SessionID == "" || rep.HostID == "" {
+		return
+	}
+	c.cancelOrphan(&rep)
+}
+
+// noResponders reports the server's answer to a request no subscriber took: an empty message whose Status
+// header is 503.
+func noResponders(m *nats.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
 }
 
 // requestReply does one single request and decodes its reply.
