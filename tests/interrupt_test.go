@@ -54,6 +54,8 @@ func TestUpInterruptWritesResults(t *testing.T) {
 		Interrupted     bool    `json:"interrupted"`
 		EpisodesTrained int64   `json:"episodes_trained"`
 		WallSeconds     float64 `json:"wall_seconds"`
+		EvalsDone       *int    `json:"heldout_evals_during_training"`
+		EvalsFailed     *int    `json:"heldout_evals_failed"`
 		Tasks           map[string]struct {
 			EvalEpisodes int `json:"eval_episodes"`
 		} `json:"tasks"`
@@ -63,6 +65,9 @@ func TestUpInterruptWritesResults(t *testing.T) {
 	}
 	if !sum.Interrupted || sum.EpisodesTrained == 0 || sum.WallSeconds >= 300 || sum.Tasks["os"].EvalEpisodes != 20 {
 		t.Fatalf("summary %+v: want interrupted, some episodes trained, under the 5-minute budget, 20 held-out episodes of os", sum)
+	}
+	if sum.EvalsDone == nil || sum.EvalsFailed == nil || *sum.EvalsDone != 0 || *sum.EvalsFailed != 0 {
+		t.Errorf("summary's held-out evaluations during training %v done, %v failed: want both present and 0 (--eval-every 0)", sum.EvalsDone, sum.EvalsFailed)
 	}
 	if _, err := os.Stat(filepath.Join(out, "weights.bin")); err != nil {
 		t.Fatalf("no weights after an interrupt: %v", err)

@@ -332,7 +332,7 @@ loop:
 	}
 	sum := runout.Summary{
 		Tasks: map[string]runout.TaskSummary{}, EpisodesTrained: tstats.EpisodesTrained, PolicyVersion: tstats.Version,
-		WallSeconds: wall.Seconds(), InfraFailures: infra, Seed: c.Seed,
+		WallSeconds: wall.Seconds(), InfraFailures: infra, EvalsDone: evals.done, EvalsFailed: evals.failed, Seed: c.Seed,
 		Staleness:   runout.Staleness{Eta: c.Eta, MaxObserved: max(tstats.MaxStaleness, bstats.MaxStaleness), DroppedEpisodes: bstats.DroppedStale + tstats.StaleDropped, CutEpisodes: bstats.Cut},
 		Config:      effectiveSettings(c),
 		Interrupted: interrupt.Err() != nil,

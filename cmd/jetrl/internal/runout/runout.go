@@ -117,8 +117,12 @@ type Summary struct {
 	WallSeconds     float64                `json:"wall_seconds"`
 	Staleness       Staleness              `json:"staleness"`
 	InfraFailures   int64                  `json:"infra_failures"`
-	Seed            uint64                 `json:"seed"`
-	Config          map[string]any         `json:"config"`
+	// EvalsDone and EvalsFailed count the held-out evaluations during training that were recorded and that
+	// failed (the failures' errors are in the run's log); the evaluations before and after are not counted.
+	EvalsDone   int            `json:"heldout_evals_during_training"`
+	EvalsFailed int            `json:"heldout_evals_failed"`
+	Seed        uint64         `json:"seed"`
+	Config      map[string]any `json:"config"`
 	// Interrupted says training was cut short by an interrupt before its budget ran out.
 	Interrupted bool `json:"interrupted,omitempty"`
 }
