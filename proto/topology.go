@@ -107,6 +107,11 @@ const (
 	KeyAdmission    = "episodes"
 	// KeyAdmissionClosed, in BucketAdmission, holds the replay-buffer's AdmissionClosed mark.
 	KeyAdmissionClosed = "closed"
+	// BucketLeases holds the leases of services of which one instance may run at a time: under
+	// KeyReplayBufferLease, "id/token" of the replay-buffer that consumes the episodes, renewed by
+	// compare-and-set; another waits until it lapses.
+	BucketLeases         = "jetrl_leases"
+	KeyReplayBufferLease = "replay-buffer"
 	// BucketRun holds the settings of the run in force under KeyRunConfig, as a JSON object keyed by setting
 	// name, so every service and operator sees the same values.
 	BucketRun    = "jetrl_run"
@@ -184,6 +189,7 @@ var KVBuckets = []KVSpec{
 	{Bucket: BucketPolicy, History: 16},
 	{Bucket: BucketAdmission, History: 1},
 	{Bucket: BucketRun, History: 8},
+	{Bucket: BucketLeases, History: 1},
 }
 
 // ObjectBuckets lists every Object Store bucket.

@@ -99,6 +99,9 @@ type Config struct {
 	// the bound, and a group that trains takes its members with none along, for its GRPO baseline only
 	// (the trainer counts them stale). Off: an episode is judged by the version it was admitted under.
 	TurnStaleness bool
+	// LeaseTTL is how long this buffer's lease (proto.KeyReplayBufferLease) may go unrenewed before another
+	// buffer takes over; one started while another holds it stands by until then (default DefaultLeaseTTL).
+	LeaseTTL time.Duration
 }
 
 // SetDefaults fills unset fields.
@@ -123,6 +126,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxQueued == 0 {
 		c.MaxQueued = DefaultMaxQueued
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 }
 
@@ -152,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Lead > 0 && c.MaxQueued < 1 {
 		errs = append(errs, fmt.Errorf("replay-buffer: lead %v needs max queued at least 1, not %d", c.Lead, c.MaxQueued))
+	}
+	if c.LeaseTTL < 100*time.Millisecond || c.LeaseTTL > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("replay-buffer: lease ttl %v must be in [100ms, 5m]", c.LeaseTTL))
 	}
 	if c.ReplicaTimeout > 0 && c.ReplicaTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("replay-buffer: replica timeout %v must be at least 1s (negative: off)", c.ReplicaTimeout))
@@ -290,6 +299,8 @@ type Stats struct {
 	DeadLettered  int64 `json:"dead_lettered"`
 	MaxStaleness  int64 `json:"max_staleness"`
 	PendingGroups int   `json:"pending_groups"`
+	// Standby is the id of the replay-buffer whose lease this one waits for (empty once it holds it).
+	Standby string `json:"standby_behind,omitempty"`
 	// DroppedStaleByTask splits DroppedStale and Baseline by task family, and BatchedByTask splits Batched. Next to each
 	// other they show whether the staleness bound takes a family's successes, or its long episodes, more
 	// often than the rest (which would bias what the trainer sees of it).
@@ -369,6 +380,9 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	return b, nil
 }
 
+// ID is the buffer's id (Config.ID, or the random one it took).
+func (b *Buffer) ID() string { return b.cfg.ID }
+
 // Running reports whether the buffer is consuming.
 func (b *Buffer) Running() bool { return b.running.Load() }
 
@@ -401,16 +415,32 @@ func (b *Buffer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
-		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, proto.MaxUnackedEpisodes, ackWait))
-	if err != nil {
-		return fmt.Errorf("replay-buffer consumer: %w", err)
-	}
 	svc, err := service.Announce(b.deps.Conn, "replay-buffer", b.cfg.ID, func() any { return b.Stats() })
 	if err != nil {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
+	leaseKV, err := js.KeyValue(ctx, proto.BucketLeases)
+	if err != nil {
+		return fmt.Errorf("replay-buffer lease: kv %s: %w", proto.BucketLeases, err)
+	}
+	ls, err := acquireLease(ctx, leaseKV, b.cfg.ID, b.cfg.LeaseTTL, log, func(holder string) { b.count(func(s *Stats) { s.Standby = holder }) })
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while standing by
+		}
+		return err
+	}
+	defer func() {
+		if err := ls.release(); err != nil {
+			log.Warn().Err(err).Msg("replay-buffer lease not released: another buffer waits for it to lapse")
+		}
+	}()
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
+		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, proto.MaxUnackedEpisodes, ackWait))
+	if err != nil {
+		return fmt.Errorf("replay-buffer consumer: %w", err)
+	}
 	// Heartbeats are taken on the subscription's goroutine, so a busy run loop does not age them.
 	beats, err := b.deps.Conn.Subscribe(proto.SubjectRolloutHeartbeat, func(m *nats.Msg) { b.heartbeat(m, time.Now(), log) })
 	if err != nil {
@@ -491,6 +521,8 @@ func (b *Buffer) Run(ctx context.Context) error {
 	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Int("max_queued", b.cfg.MaxQueued).Msg("replay-buffer started")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	renewTick := time.NewTicker(b.cfg.LeaseTTL / 5)
+	defer renewTick.Stop()
 	lastKeep := time.Now()
 	var recheck <-chan time.Time
 	backoff := queueRecheck
@@ -527,12 +559,34 @@ func (b *Buffer) Run(ctx context.Context) error {
 				b.keepAlive()
 				lastKeep = now
 			}
+		case <-renewTick.C:
+			if err := ls.renew(ctx); err != nil && ctx.Err() == nil {
+				if errors.Is(err, ErrFenced) {
+					log.Error().Err(err).Msg("replay-buffer fenced: stopping")
+					return err
+				}
+				if ls.lapsed() {
+					// Another buffer may hold it by now: this one stops, and stands by once restarted.
+					log.Error().Err(err).Msg("replay-buffer lease lapsed: stopping")
+					return fmt.Errorf("replay-buffer: lease unrenewed for %v: %w", b.cfg.LeaseTTL, err)
+				}
+				log.Warn().Err(err).Msg("replay-buffer lease not renewed")
+			}
 		}
-		if err := b.release(ctx, js, counter, log); err != nil && ctx.Err() == nil {
-			log.Error().Err(err).Msg("release batch")
+		// Batches, refunds and the closed mark are written only under a lease renewed within half its ttl,
+		// and by then: another buffer cannot take it over before. While it is not, the renewals say why.
+		if ls.hold() != nil {
+			continue
 		}
-		if len(b.unsettled) > 0 {
-			b.settle(ctx, counter, nil)
+		if b.releaseDue() || len(b.unsettled) > 0 {
+			wctx, endWrites := context.WithDeadline(ctx, ls.writeBy())
+			if err := b.release(wctx, js, counter, log); err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("release batch")
+			}
+			if len(b.unsettled) > 0 {
+				b.settle(wctx, counter, nil)
+			}
+			endWrites()
 		}
 		recheck = nil
 		if b.held {
@@ -947,10 +1001,10 @@ func (l *liveness) prune(now time.Time, groups, replicas time.Duration) {
 // train: otherwise a replica killed with groups open (their missing members) could hold the gate shut with
 // too few usable episodes ready for a batch, and nothing would move again.
 func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *admission.Counter, log zerolog.Logger) error {
-	seen := b.version.Load()
-	if seen < 0 || len(b.ready) == 0 || (!b.readyChanged && seen == b.checkedAt) {
+	if !b.releaseDue() {
 		return nil
 	}
+	seen := b.version.Load()
 	b.held, b.wakeAt = false, time.Time{}
 	b.sortReady()
 	v := seen
@@ -1019,6 +1073,13 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 	b.settle(ctx, counter, take)
 	b.ready = keep
 	return nil
+}
+
+// releaseDue reports whether release has anything to decide: groups are ready, a version is known, and
+// the ready groups or the version changed since it last found too few usable episodes.
+func (b *Buffer) releaseDue() bool {
+	seen := b.version.Load()
+	return seen >= 0 && len(b.ready) > 0 && (b.readyChanged || seen != b.checkedAt)
 }
 
 // close raises the admission closed mark (proto.AdmissionClosed) after a batch for version v: it was the

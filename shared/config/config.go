@@ -181,3 +181,20 @@ func retryEach(ctx context.Context, attempt, total time.Duration, fn func(contex
 		}
 	}
 }
+
+// ContainerID is the id a service process takes when none is given: its hostname when it is the first
+// process of its container (pid 1), where the hostname is the container's own and outlives a restart of the
+// process (docker's restart policy, a pod's container restart), so the mesh sees the process come back
+// under the same id (a rollout replica's lost groups are released after the replica timeout, not the group
+// timeout; a replay-buffer keeps its id in the status). Elsewhere, where several processes may share
+// a host name, it is "" (random).
+func ContainerID(pid int, hostname func() (string, error)) string {
+	if pid != 1 {
+		return ""
+	}
+	h, err := hostname()
+	if err != nil || h == "" || h == "localhost" {
+		return ""
+	}
+	return h
+}

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"time"
 
 	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
@@ -11,6 +12,7 @@ import (
 
 type cli struct {
 	config.Common
+	ID             string        `name:"id" env:"JETRL_REPLAY_BUFFER_ID" help:"This buffer's id, held in its lease (default: the container's hostname when this process is its container's first, pid 1, so a buffer restarted in its container keeps its id in the status and the logs; otherwise random). Its lease holds the id and a token of the run."`
 	BatchSize      int           `name:"batch-size" env:"JETRL_BATCH_SIZE" default:"64" help:"Batch size B in episodes."`
 	MaxBatchSize   int           `name:"max-batch-size" env:"JETRL_MAX_BATCH_SIZE" default:"0" help:"Most episodes in a batch when more groups are ready (0: twice the batch size)."`
 	Eta            int           `name:"eta" env:"JETRL_ETA" default:"2" help:"Staleness bound."`
@@ -19,17 +21,25 @@ type cli struct {
 	MaxQueued      int           `name:"max-queued" env:"JETRL_MAX_QUEUED" default:"2" help:"Most batches released and not yet applied by the trainer (negative: no bound)."`
 	Lead           time.Duration `name:"lead" env:"JETRL_LEAD" default:"0s" help:"Compose the next batch this long before the trainer's step is expected to end, although --max-queued batches are queued (0: off)."`
 	Cut            float64       `name:"cut" env:"JETRL_CUT" default:"0" help:"When the last batch that can take a group still playing is composed, take the group without the members still playing once this share of it has arrived (0: off; the group then goes stale whole)."`
+	LeaseTTL       time.Duration `name:"lease-ttl" env:"JETRL_LEASE_TTL" default:"5s" help:"How long this buffer's lease may go unrenewed before another replay-buffer takes over; one started while another holds the lease stands by until then."`
 	TurnStaleness  bool          `name:"turn-staleness" env:"JETRL_TURN_STALENESS" help:"Apply the staleness bound to each turn, by the version that produced it, instead of to the version an episode was admitted under (the replay-buffer and the trainer must agree)."`
 }
 
 func main() {
 	var c cli
 	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
-		b, err := replaybuffer.New(replaybuffer.Config{BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStaleness},
+		id, from := c.ID, "given"
+		if id == "" {
+			if id, from = config.ContainerID(os.Getpid(), os.Hostname), "container hostname"; id == "" {
+				from = "random"
+			}
+		}
+		b, err := replaybuffer.New(replaybuffer.Config{ID: id, BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStaleness, LeaseTTL: c.LeaseTTL},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {
 			return err
 		}
+		p.Log.Info().Str("replay_buffer", b.ID()).Str("id_from", from).Msg("replay-buffer id")
 		return b.Run(ctx)
 	})
 }

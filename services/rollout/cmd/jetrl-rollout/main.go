@@ -33,7 +33,7 @@ func main() {
 	config.Main("rollout", "jetrl rollout replica: plays episodes and publishes them.", &c, func(ctx context.Context, p config.Process) error {
 		id, from := c.ID, "given"
 		if id == "" {
-			if id, from = containerID(os.Getpid(), os.Hostname), "container hostname"; id == "" {
+			if id, from = config.ContainerID(os.Getpid(), os.Hostname), "container hostname"; id == "" {
 				from = "random"
 			}
 		}
@@ -47,20 +47,4 @@ func main() {
 		p.Log.Info().Str("rollout", r.Status().ID).Str("id_from", from).Msg("rollout replica id")
 		return r.Run(ctx)
 	})
-}
-
-// containerID is the replica id a process takes when none is given: its hostname when it is the first
-// process of its container (pid 1), where the hostname is the container's own and outlives a restart of the
-// process (docker's restart policy, a pod's container restart), so the replay-buffer sees the replica come
-// back under the same id without the groups it was playing and releases them after the replica timeout,
-// not the group timeout. Elsewhere, where several replicas may share a host name, it is "" (random).
-func containerID(pid int, hostname func() (string, error)) string {
-	if pid != 1 {
-		return ""
-	}
-	h, err := hostname()
-	if err != nil || h == "" || h == "localhost" {
-		return ""
-	}
-	return h
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -21,9 +21,9 @@ func TestContainerIDIsTheHostnameOnlyForAContainersFirstProcess(t *testing.T) {
 		{1, host("localhost", nil), ""},
 		{1, host("", errors.New("uname failed")), ""},
 	} {
-		if got := containerID(c.pid, c.hostname); got != c.want {
+		if got := ContainerID(c.pid, c.hostname); got != c.want {
 			h, _ := c.hostname()
-			t.Errorf("containerID(pid %d, hostname %q) = %q, want %q", c.pid, h, got, c.want)
+			t.Errorf("ContainerID(pid %d, hostname %q) = %q, want %q", c.pid, h, got, c.want)
 		}
 	}
 }
