@@ -472,6 +472,15 @@ type Admission struct {
 	Refunded int64 `msgpack:"refunded"`
 }
 
+// GroupRefund is the replay-buffer's record under BucketRefunds/RefundKey(group id): the admissions of the
+// group it has given back to the staleness gate so far. A buffer that takes over (after a restart, or
+// standing by) reads the records, so the members it is delivered again do not give the same admissions
+// back a second time.
+type GroupRefund struct {
+	Schema   int `msgpack:"schema"`
+	Refunded int `msgpack:"refunded"`
+}
+
 // AdmissionClosed is the replay-buffer's mark under BucketAdmission/KeyAdmissionClosed: no batch can take
 // a group admitted at a version below Below any more, because the buffer has composed the last batch that
 // could (for version Below - 1 + eta). Rollouts stop playing the members of such groups still playing

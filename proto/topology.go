@@ -3,6 +3,8 @@
 package proto
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"time"
 )
@@ -112,6 +114,10 @@ const (
 	// compare-and-set; another waits until it lapses.
 	BucketLeases         = "jetrl_leases"
 	KeyReplayBufferLease = "replay-buffer"
+	// BucketRefunds holds the replay-buffer's GroupRefund records under RefundKey(group id), each kept
+	// RefundsTTL after its last write.
+	BucketRefunds = "jetrl_refunds"
+	RefundsTTL    = time.Hour
 	// BucketRun holds the settings of the run in force under KeyRunConfig, as a JSON object keyed by setting
 	// name, so every service and operator sees the same values.
 	BucketRun    = "jetrl_run"
@@ -182,6 +188,8 @@ var Streams = []StreamSpec{
 type KVSpec struct {
 	Bucket  string
 	History uint8
+	// TTL, when above 0, is how long a value is kept after its last write.
+	TTL time.Duration
 }
 
 // KVBuckets lists every KV bucket.
@@ -190,6 +198,13 @@ var KVBuckets = []KVSpec{
 	{Bucket: BucketAdmission, History: 1},
 	{Bucket: BucketRun, History: 8},
 	{Bucket: BucketLeases, History: 1},
+	{Bucket: BucketRefunds, History: 1, TTL: RefundsTTL},
+}
+
+// RefundKey is a group's key in BucketRefunds: a hash of its id, which may hold characters a key cannot.
+func RefundKey(groupID string) string {
+	h := sha256.Sum256([]byte(groupID))
+	return "g" + hex.EncodeToString(h[:16])
 }
 
 // ObjectBuckets lists every Object Store bucket.

@@ -252,6 +252,10 @@ type Buffer struct {
 	// queueCons are the advantage-normalizer's and the trainer's consumers, whose pending batches are the
 	// queue MaxQueued bounds.
 	queueCons [2]jetstream.Consumer
+	// refundKV holds the GroupRefund records (proto.BucketRefunds); prior is what the records said when this
+	// buffer started, by key, for the groups not seen since (recoverRefund takes them out).
+	refundKV jetstream.KeyValue
+	prior    map[string]int
 
 	mu    sync.Mutex
 	stats Stats
@@ -278,7 +282,12 @@ type Stats struct {
 	// RefundErrors counts failed refunds of admissions; the groups they were for are held unacked and
 	// settled again until one succeeds.
 	RefundErrors int64 `json:"refund_errors"`
-	Missing      int64 `json:"missing_timeout"`
+	// RefundsRecovered counts the admissions a previous buffer had given back for groups this one was
+	// delivered again (its GroupRefund records): they are not given back twice. RefundRecordErrors counts
+	// failed writes of such records (a takeover may then give those admissions back again).
+	RefundsRecovered   int64 `json:"refunds_recovered"`
+	RefundRecordErrors int64 `json:"refund_record_errors"`
+	Missing            int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
 	Cut int64 `json:"cut_playing"`
 	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
@@ -436,6 +445,13 @@ func (b *Buffer) Run(ctx context.Context) error {
 			log.Warn().Err(err).Msg("replay-buffer lease not released: another buffer waits for it to lapse")
 		}
 	}()
+	// Read under the lease: the buffer before this one has stopped writing records.
+	if b.refundKV, err = js.KeyValue(ctx, proto.BucketRefunds); err != nil {
+		return fmt.Errorf("replay-buffer: kv %s: %w", proto.BucketRefunds, err)
+	}
+	if b.prior, err = loadRefunds(ctx, b.refundKV, log); err != nil {
+		return fmt.Errorf("replay-buffer: read the refund records: %w", err)
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
 		bus.ConsumerConfig(proto.ConsumerReplayBuffer, proto.SubjectEpisodesAll, proto.MaxUnackedEpisodes, ackWait))
 	if err != nil {
@@ -653,6 +669,7 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 	}
 	if g == nil {
 		g = &group{id: ep.GroupID, task: ep.Task, rollout: ep.RolloutID, size: ep.GroupSize, startVersion: ep.StartVersion, members: map[string]member{}, firstSeen: time.Now()}
+		b.recoverRefund(g)
 		b.groups[ep.GroupID] = g
 	}
 	if held, dup := g.members[ep.ID]; dup {
@@ -788,6 +805,7 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 	if g == nil {
 		b.count(func(s *Stats) { s.GroupStarts++ })
 		g = &group{id: gs.GroupID, task: gs.Task, rollout: gs.RolloutID, size: gs.GroupSize, startVersion: gs.StartVersion, members: map[string]member{}, firstSeen: time.Now(), marker: m}
+		b.recoverRefund(g)
 		b.groups[gs.GroupID] = g
 		return
 	}
@@ -1044,11 +1062,14 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 			rest = append(rest, t.g)
 		}
 		if refund > 0 && b.refund(ctx, counter, refund) {
+			var changed []*group
 			for _, t := range take {
-				if t.ok != nil {
-					t.g.refunded = t.g.size - len(t.ok) - len(t.base) // what it owed: only stale members can add to it
+				if o := t.owed(); t.ok != nil && o > 0 {
+					t.g.refunded += int(o) // what it owed: only stale members can add to it
+					changed = append(changed, t.g)
 				}
 			}
+			b.recordRefunds(ctx, changed)
 		}
 		b.settle(ctx, counter, none)
 		b.ready = append(rest, keep...)
@@ -1225,7 +1246,8 @@ type settled struct {
 }
 
 // owed is how many of the group's admissions will not reach the trainer and have not been given back yet.
-func (t settled) owed() int64 { return int64(t.g.size - len(t.ok) - len(t.base) - t.g.refunded) }
+// Never below 0: a buffer that took over may have been told of more (GroupRefund) than the group now owes.
+func (t settled) owed() int64 { return max(0, int64(t.g.size-len(t.ok)-len(t.base)-t.g.refunded)) }
 
 // settle closes groups that are in a published batch or cannot train: it refunds the admissions of every
 // member that will not reach the trainer, counts why, acks the members and the start marker, and
@@ -1242,6 +1264,18 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 	if refund > 0 && !b.refund(ctx, counter, refund) {
 		b.unsettled = ts // held unacked, tried again on the next pass
 		return
+	}
+	if refund > 0 {
+		// Recorded before the members are acked: if they come again (this buffer died first), the buffer
+		// that gets them knows what was given back.
+		var changed []*group
+		for _, t := range ts {
+			if o := t.owed(); o > 0 {
+				t.g.refunded += int(o)
+				changed = append(changed, t.g)
+			}
+		}
+		b.recordRefunds(ctx, changed)
 	}
 	for _, t := range ts {
 		missing := t.g.size - len(t.g.members)
@@ -1294,6 +1328,72 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 		}
 		delete(b.readyIDs, t.g.id)
 		b.remember(t.g.id)
+	}
+}
+
+// loadRefunds reads every GroupRefund record: the admissions given back so far by key (proto.RefundKey). A
+// record that does not decode is logged and skipped.
+func loadRefunds(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger) (map[string]int, error) {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := kv.WatchAll(wctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]int{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil { // every record read
+				if len(out) > 0 {
+					log.Info().Int("groups", len(out)).Msg("refund records of earlier buffers read")
+				}
+				return out, nil
+			}
+			var r proto.GroupRefund
+			if err := codec.Unmarshal(e.Value(), &r); err != nil || r.Refunded < 0 {
+				log.Warn().Err(err).Str("key", e.Key()).Int("refunded", r.Refunded).Msg("refund record skipped")
+				continue
+			}
+			out[e.Key()] = r.Refunded
+		case <-wctx.Done():
+			return nil, wctx.Err()
+		}
+	}
+}
+
+// recoverRefund sets a group this buffer has just met to what an earlier buffer's record says it gave back
+// for it (at most the group's size), once.
+func (b *Buffer) recoverRefund(g *group) {
+	if len(b.prior) == 0 {
+		return
+	}
+	k := proto.RefundKey(g.id)
+	n, ok := b.prior[k]
+	if !ok {
+		return
+	}
+	delete(b.prior, k)
+	g.refunded = min(n, g.size)
+	b.count(func(s *Stats) { s.RefundsRecovered += int64(g.refunded) })
+}
+
+// recordRefunds writes the GroupRefund record of each group, after its admissions were given back; a failed
+// write is logged and counted.
+func (b *Buffer) recordRefunds(ctx context.Context, gs []*group) {
+	if b.refundKV == nil {
+		return
+	}
+	for _, g := range gs {
+		data, err := codec.Marshal(proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: g.refunded}, 0)
+		if err == nil {
+			_, err = b.refundKV.Put(ctx, proto.RefundKey(g.id), data)
+		}
+		if err != nil {
+			b.count(func(s *Stats) { s.RefundRecordErrors++ })
+			b.deps.Log.Warn().Err(err).Str("group", g.id).Int("refunded", g.refunded).Msg("refund record not written")
+		}
 	}
 }
 

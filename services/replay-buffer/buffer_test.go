@@ -823,3 +823,63 @@ func TestFailedRefundHoldsItsGroupsUntilItLands(t *testing.T) {
 		t.Fatalf("stats = %+v, want the group counted once: 1 dropped with its group, 1 masked", s)
 	}
 }
+
+// refundRecord is what the GroupRefund record of group g says was given back for it (-1: no record).
+func (m *mesh) refundRecord(t *testing.T, g string) int {
+	t.Helper()
+	kv, err := m.js.KeyValue(testCtx(t), proto.BucketRefunds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(testCtx(t), proto.RefundKey(g))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return -1
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r proto.GroupRefund
+	if err := codec.Unmarshal(e.Value(), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Refunded
+}
+
+// What a buffer gives back for a group is recorded before its members are acked, so the buffer that gets
+// them again after a takeover does not give the same admissions back twice.
+func TestRefundsAreRecordedAndNotGivenBackTwiceAfterATakeover(t *testing.T) {
+	m := newMesh(t)
+	m.setVersion(t, 0)
+	r1 := m.startBuffer(t, cfg(4))
+	m.publish(t, ep("g1", 0, 3, 0), "") // two usable, one masked: 2 < B, so it waits, its masked member refunded
+	m.publish(t, ep("g1", 1, 3, 0), "")
+	m.publish(t, infra(ep("g1", 2, 3, 0)), "")
+	m.publish(t, infra(ep("g2", 0, 2, 0)), "") // nothing to train: settled, both refunded
+	m.publish(t, infra(ep("g2", 1, 2, 0)), "")
+	eventually(t, 10*time.Second, "the masked members refunded", func() bool { return m.refunded(t) == 3 })
+	eventually(t, 10*time.Second, "their records", func() bool { return m.refundRecord(t, "g1") == 1 && m.refundRecord(t, "g2") == 2 })
+	if got := m.refundRecord(t, "g3"); got != -1 {
+		t.Fatalf("a record of %d for a group never seen", got)
+	}
+
+	// The buffer stops with g1 waiting; the next one is delivered its members again (here published again
+	// under new message ids, as a redelivery after the ack wait would bring them).
+	r1.stop()
+	r2 := m.startBuffer(t, cfg(4))
+	m.publish(t, ep("g1", 0, 3, 0), "again-0")
+	m.publish(t, ep("g1", 1, 3, 0), "again-1")
+	m.publish(t, infra(ep("g1", 2, 3, 0)), "again-2")
+	m.publish(t, ep("g3", 0, 2, 0), "")
+	m.publish(t, ep("g3", 1, 2, 0), "")
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	if got := ids(m.batch(t, 1)); !slices.Equal(got, []string{"g1-0", "g1-1", "g3-0", "g3-1"}) {
+		t.Fatalf("batch holds %v", got)
+	}
+	eventually(t, 10*time.Second, "the batched group settled", func() bool { return r2.b.Stats().Masked == 1 })
+	if got, s := m.refunded(t), r2.b.Stats(); got != 3 || s.RefundsRecovered != 1 || s.RefundRecordErrors != 0 {
+		t.Fatalf("refunded %d, recovered %d, record errors %d: want 3 (g1's masked member once), 1, 0", got, s.RefundsRecovered, s.RefundRecordErrors)
+	}
+	if got := m.refundRecord(t, "g1"); got != 1 {
+		t.Fatalf("g1's record says %d, want 1", got)
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
-	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/rs/zerolog"
 )
 
@@ -15,25 +15,9 @@ import (
 // own write at a revision it did not see (a lost reply) adopts it rather than fencing itself; one that
 // finds another buffer's value is fenced.
 func TestLeaseHoldRenewAndFence(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	_, js := bustest.Server(t, "lease-test")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := bus.Connect(ctx, srv.URL(), "lease-test", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
 	kv, err := js.KeyValue(ctx, proto.BucketLeases)
 	if err != nil {
 		t.Fatal(err)

@@ -145,8 +145,8 @@ func TestEnsureTopologyIsIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.History() != int64(b.History) {
-			t.Errorf("kv %s history = %d, want %d", b.Bucket, st.History(), b.History)
+		if st.History() != int64(b.History) || st.TTL() != b.TTL {
+			t.Errorf("kv %s history = %d, ttl %v; want %d, %v", b.Bucket, st.History(), st.TTL(), b.History, b.TTL)
 		}
 	}
 	for _, b := range proto.ObjectBuckets {

@@ -38,6 +38,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, replicas int) e
 		_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:   b.Bucket,
 			History:  b.History,
+			TTL:      b.TTL,
 			Storage:  jetstream.FileStorage,
 			Replicas: replicas,
 		})

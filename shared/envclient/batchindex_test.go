@@ -49,17 +49,7 @@ func TestBatchResultsWithBadIndexesAreMalformed(t *testing.T) {
 func TestLateStartReplyIsCancelled(t *testing.T) {
 	url := server(t)
 	nc := connect(t, url)
-	cancels := make(chan string, 4)
-	sub, err := nc.Subscribe(proto.SubjectEnvCancel("late-host"), func(m *nats.Msg) {
-		var req proto.EnvCancelRequest
-		if err := codec.Unmarshal(m.Data, &req); err == nil {
-			cancels <- req.SessionID
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	cancels := cancelsOn(t, nc, "late-host")
 	serve(t, url, proto.SubjectEnvStartBatch, func(r micro.Request) {
 		time.Sleep(700 * time.Millisecond) // past the caller's timeout
 		b, err := codec.Marshal(proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: []proto.EnvBatchResult{
@@ -92,17 +82,7 @@ func TestLateStartReplyIsCancelled(t *testing.T) {
 func TestLateSingleStartReplyIsCancelled(t *testing.T) {
 	url := server(t)
 	nc := connect(t, url)
-	cancels := make(chan string, 4)
-	sub, err := nc.Subscribe(proto.SubjectEnvCancel("late-host"), func(m *nats.Msg) {
-		var req proto.EnvCancelRequest
-		if err := codec.Unmarshal(m.Data, &req); err == nil {
-			cancels <- req.SessionID
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	cancels := cancelsOn(t, nc, "late-host")
 	serve(t, url, proto.SubjectEnvStart, func(r micro.Request) {
 		time.Sleep(700 * time.Millisecond) // past the caller's timeout
 		b, err := codec.Marshal(proto.EnvStartReply{Schema: proto.SchemaVersion, SessionID: "orphan", HostID: "late-host"}, 0)
@@ -129,4 +109,21 @@ func TestLateSingleStartReplyIsCancelled(t *testing.T) {
 		}
 	}
 	bustest.Eventually(t, 5*time.Second, "the orphans counted", func() bool { return c.BatchStats().OrphanStarts == 2 })
+}
+
+// cancelsOn returns the session ids of the cancels host receives.
+func cancelsOn(t *testing.T, nc *nats.Conn, host string) <-chan string {
+	t.Helper()
+	cancels := make(chan string, 4)
+	sub, err := nc.Subscribe(proto.SubjectEnvCancel(host), func(m *nats.Msg) {
+		var req proto.EnvCancelRequest
+		if err := codec.Unmarshal(m.Data, &req); err == nil {
+			cancels <- req.SessionID
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return cancels
 }

@@ -1,5 +1,5 @@
 // Package bustest holds the helpers every package's NATS tests share: polling with a deadline, a bounded
-// test context, and running a service until the test stops it.
+// test context, an embedded server with the mesh's topology, and running a service until the test stops it.
 package bustest
 
 import (
@@ -7,7 +7,36 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
+
+// Server starts an embedded NATS server with the mesh's streams and buckets for the test, and returns a
+// connection to it (named name) and its JetStream context; both end with the test.
+func Server(t *testing.T, name string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := bus.Connect(Ctx(t), srv.URL(), name, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(Ctx(t), js, 1); err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
 
 // Eventually polls cond until it holds, failing the test if it does not within the deadline.
 func Eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
