@@ -794,6 +794,8 @@ func TestMemberDisagreeingWithItsGroupIsDeadLettered(t *testing.T) {
 		t.Fatalf("batch holds %v", got)
 	}
 	eventually(t, 10*time.Second, "the refund", func() bool { return m.refunded(t) == 1 })
+	// Counted once the refund is recorded (a GroupRefund), just after it lands.
+	eventually(t, 5*time.Second, "the missing member counted", func() bool { return r.b.Stats().Missing == 1 })
 	if s := r.b.Stats(); s.DeadLettered != 1 || s.Batched != 2 || s.Missing != 1 {
 		t.Fatalf("stats = %+v, want 1 dead-lettered, 2 batched, 1 missing", s)
 	}
