@@ -182,6 +182,18 @@ func retryEach(ctx context.Context, attempt, total time.Duration, fn func(contex
 	}
 }
 
+// ServiceID is the id of a process given id (by flag or environment): that id, else ContainerID's, else ""
+// (the service draws a random one); from says which, for the log.
+func ServiceID(given string) (id, from string) {
+	if given != "" {
+		return given, "given"
+	}
+	if id = ContainerID(os.Getpid(), os.Hostname); id != "" {
+		return id, "container hostname"
+	}
+	return "", "random"
+}
+
 // ContainerID is the id a service process takes when none is given: its hostname when it is the first
 // process of its container (pid 1), where the hostname is the container's own and outlives a restart of the
 // process (docker's restart policy, a pod's container restart), so the mesh sees the process come back

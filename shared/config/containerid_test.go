@@ -27,3 +27,13 @@ func TestContainerIDIsTheHostnameOnlyForAContainersFirstProcess(t *testing.T) {
 		}
 	}
 }
+
+// A given id stands; without one, a test process (not its container's first) draws a random id.
+func TestServiceIDPrefersTheGivenOne(t *testing.T) {
+	if id, from := ServiceID("rb-1"); id != "rb-1" || from != "given" {
+		t.Errorf("ServiceID(rb-1) = %q from %q", id, from)
+	}
+	if id, from := ServiceID(""); id != "" || from != "random" {
+		t.Errorf("ServiceID(\"\") = %q from %q, want a random id for a process that is not pid 1", id, from)
+	}
+}

@@ -290,9 +290,8 @@ func (c *Client) startSingle(ctx context.Context, data []byte) (*proto.EnvStartR
 	if noResponders(msg) {
 		return nil, fmt.Errorf("%w: no responders on %s", proto.ErrEnvUnavailable, proto.SubjectEnvStart)
 	}
-	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
-		known := proto.ErrorFromWire(desc)
-		return nil, fmt.Errorf("%w%s", known, strings.TrimPrefix(desc, known.Error()))
+	if err := replyError(msg); err != nil {
+		return nil, err
 	}
 	var rep proto.EnvStartReply
 	if err := codec.Unmarshal(msg.Data, &rep); err != nil {
@@ -413,9 +412,18 @@ func (c *Client) request(ctx context.Context, subject string, data []byte) (*nat
 	default:
 		return nil, fmt.Errorf("%w: %s: %v", proto.ErrEnvUnavailable, subject, err)
 	}
-	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
-		known := proto.ErrorFromWire(desc)
-		return nil, fmt.Errorf("%w%s", known, strings.TrimPrefix(desc, known.Error()))
+	if err := replyError(msg); err != nil {
+		return nil, err
 	}
 	return msg, nil
+}
+
+// replyError is the catalogued error an error reply carries (micro's error header), nil for a result.
+func replyError(msg *nats.Msg) error {
+	desc := msg.Header.Get(micro.ErrorHeader)
+	if desc == "" {
+		return nil
+	}
+	known := proto.ErrorFromWire(desc)
+	return fmt.Errorf("%w%s", known, strings.TrimPrefix(desc, known.Error()))
 }

@@ -3,7 +3,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"time"
 
 	replaybuffer "github.com/jetrl/jetrl/services/replay-buffer"
@@ -28,12 +27,7 @@ type cli struct {
 func main() {
 	var c cli
 	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
-		id, from := c.ID, "given"
-		if id == "" {
-			if id, from = config.ContainerID(os.Getpid(), os.Hostname), "container hostname"; id == "" {
-				from = "random"
-			}
-		}
+		id, from := config.ServiceID(c.ID)
 		b, err := replaybuffer.New(replaybuffer.Config{ID: id, BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStaleness, LeaseTTL: c.LeaseTTL},
 			replaybuffer.Deps{Conn: p.Conn, Log: p.Log, Metrics: p.Metrics})
 		if err != nil {

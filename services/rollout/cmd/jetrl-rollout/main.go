@@ -3,7 +3,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/jetrl/jetrl/services/rollout"
 	"github.com/jetrl/jetrl/shared/config"
@@ -31,12 +30,7 @@ type cli struct {
 func main() {
 	var c cli
 	config.Main("rollout", "jetrl rollout replica: plays episodes and publishes them.", &c, func(ctx context.Context, p config.Process) error {
-		id, from := c.ID, "given"
-		if id == "" {
-			if id, from = config.ContainerID(os.Getpid(), os.Hostname), "container hostname"; id == "" {
-				from = "random"
-			}
-		}
+		id, from := config.ServiceID(c.ID)
 		r, err := rollout.New(rollout.Config{ID: id, Tasks: c.Tasks, TaskWeights: c.TaskWeights, GroupSize: c.GroupSize, BatchSize: c.BatchSize, Eta: c.Eta, StopStale: c.StopStale && !c.TurnStale,
 			Concurrency: c.Concurrency, StaleProb: c.StaleProb, StaleEvery: c.StaleEvery, Seed: c.Seed,
 			AdaptiveTasks: c.Adaptive, CheckpointObject: c.Checkpoint, CheckpointProb: c.CheckpointP},
