@@ -35,7 +35,11 @@ func (h *Host) handleStartBatch(r request) {
 		}
 		results[i] = proto.EnvBatchResult{Index: i, Start: rep}
 	}
-	h.respondBatch(r, "starts", results)
+	for _, res := range h.respondBatch(r, "starts", results) {
+		if res.Start != nil {
+			h.dropUnanswered(res.Start.SessionID)
+		}
+	}
 }
 
 // handleStepBatch runs every step of an EnvStepBatch at once, each on its own goroutine (a step may wait
@@ -119,21 +123,23 @@ func (h *Host) itemError(i int, endpoint string, err error) proto.EnvBatchResult
 }
 
 // respondBatch sends results in one EnvBatchReply, or in several when one would pass MaxEnvBatchBytes. A
-// result too large even alone is answered as the error a single call would get.
-func (h *Host) respondBatch(r request, endpoint string, results []proto.EnvBatchResult) {
+// result too large even alone is answered as the error a single call would get. It returns the results
+// that did not go out as they are: replaced by that error, or in a reply the connection refused.
+func (h *Host) respondBatch(r request, endpoint string, results []proto.EnvBatchResult) (unsent []proto.EnvBatchResult) {
 	b, err := codec.Marshal(proto.EnvBatchReply{Schema: proto.SchemaVersion, Results: results}, proto.MaxEnvBatchBytes)
 	switch {
 	case err == nil:
 	case errors.Is(err, proto.ErrPayloadTooLarge) && len(results) > 1:
-		h.respondBatch(r, endpoint, results[:len(results)/2])
-		h.respondBatch(r, endpoint, results[len(results)/2:])
-		return
+		unsent = h.respondBatch(r, endpoint, results[:len(results)/2])
+		return append(unsent, h.respondBatch(r, endpoint, results[len(results)/2:])...)
 	default:
 		res := results[0]
 		h.respondBatch(r, endpoint, []proto.EnvBatchResult{h.itemError(res.Index, endpoint, err)})
-		return
+		return results
 	}
 	if err := h.deps.Conn.Publish(r.reply, b); err != nil {
 		h.deps.Log.Warn().Err(err).Str("endpoint", endpoint).Msg("reply failed")
+		return results
 	}
+	return nil
 }

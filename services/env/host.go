@@ -103,6 +103,7 @@ type Host struct {
 	errorsTotal                        *prometheus.CounterVec
 	active                             prometheus.Gauge
 	stepSeconds                        prometheus.Histogram
+	unanswered                         atomic.Int64
 }
 
 type session struct {
@@ -134,8 +135,10 @@ func New(cfg Config, deps Deps) (*Host, error) {
 	h.errorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_env_request_errors_total", Help: "Requests answered with an error, by endpoint and code."}, []string{"endpoint", "code"})
 	h.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetrl_env_sessions_active", Help: "Sessions held now."})
 	h.stepSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "jetrl_env_step_seconds", Help: "Time to apply one step.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10)})
+	unanswered := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "jetrl_env_starts_unanswered_total", Help: "Sessions closed as soon as opened because their start reply could not be sent (too large, or refused by the connection)."},
+		func() float64 { return float64(h.unanswered.Load()) })
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{h.started, h.stepped, h.expired, h.refused, h.errorsTotal, h.active, h.stepSeconds, newCacheCollector(deps.Families)} {
+		for _, c := range []prometheus.Collector{h.started, h.stepped, h.expired, h.refused, h.errorsTotal, h.active, h.stepSeconds, unanswered, newCacheCollector(deps.Families)} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("env metrics: %w", err)
 			}
@@ -149,6 +152,9 @@ func (h *Host) ID() string { return h.cfg.HostID }
 
 // Running reports whether the host is serving.
 func (h *Host) Running() bool { return h.running.Load() }
+
+// Unanswered is the number of sessions closed because their start reply could not be sent.
+func (h *Host) Unanswered() int64 { return h.unanswered.Load() }
 
 // Active is the number of sessions held.
 func (h *Host) Active() int {
@@ -299,15 +305,33 @@ func (h *Host) failWrapped(r request, endpoint string, err error) {
 	h.fail(r, endpoint, proto.ErrInternal, err.Error())
 }
 
-func (h *Host) respond(r request, endpoint string, v any) {
+// respond answers r with v and reports whether the answer went out; one too large for a reply is
+// answered with the error instead.
+func (h *Host) respond(r request, endpoint string, v any) bool {
 	b, err := codec.Marshal(v, proto.MaxEnvMessageBytes)
 	if err != nil {
 		h.failWrapped(r, endpoint, err)
-		return
+		return false
 	}
 	if err := h.deps.Conn.Publish(r.reply, b); err != nil {
 		h.deps.Log.Warn().Err(err).Str("endpoint", endpoint).Msg("reply failed")
+		return false
 	}
+	return true
+}
+
+// dropUnanswered closes a session whose start reply did not go out: its caller cannot know of it, so it
+// would hold a slot until it idled out.
+func (h *Host) dropUnanswered(id string) {
+	s, err := h.lookup(id)
+	if err != nil {
+		return
+	}
+	h.unanswered.Add(1)
+	s.mu.Lock()
+	h.drop(s)
+	s.mu.Unlock()
+	h.deps.Log.Warn().Str("session", id).Msg("start reply not sent; session closed")
 }
 
 func (h *Host) handleStart(r request) {
@@ -321,7 +345,9 @@ func (h *Host) handleStart(r request) {
 		h.failWrapped(r, "start", err)
 		return
 	}
-	h.respond(r, "start", rep)
+	if !h.respond(r, "start", rep) {
+		h.dropUnanswered(rep.SessionID)
+	}
 }
 
 // start opens one session; its errors wrap the catalogued error a client acts on.
