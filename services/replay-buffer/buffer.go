@@ -367,6 +367,11 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	if deps.Conn == nil {
 		return nil, errors.New("replay-buffer: Deps.Conn is required")
 	}
+	if bus.Buffered(deps.Conn) {
+		// A batch kept through a disconnect would be sent when the connection returns, which may be after
+		// another buffer took the lease over and batched the same episodes.
+		return nil, errors.New("replay-buffer: Deps.Conn keeps publishes made while disconnected to send them on reconnect; connect with bus.Unbuffered")
+	}
 	b := &Buffer{cfg: cfg, deps: deps, groups: map[string]*group{}, readyIDs: map[string]*group{}, released: map[string]struct{}{}, pace: newPace()}
 	b.version.Store(-1)
 	b.episodes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetrl_replay_episodes_total", Help: "Episodes received, by task and outcome."}, []string{"task", "outcome"})
@@ -591,7 +596,9 @@ func (b *Buffer) Run(ctx context.Context) error {
 		}
 		// Batches, refunds and the closed mark are written only under a lease renewed within half its ttl,
 		// and by then: another buffer cannot take it over before. While it is not, the renewals say why.
-		if ls.hold() != nil {
+		// Nothing is tried while the connection is down either: it keeps nothing to send later, so each
+		// write would fail at once.
+		if ls.hold() != nil || !b.deps.Conn.IsConnected() {
 			continue
 		}
 		if b.releaseDue() || len(b.unsettled) > 0 {
@@ -1522,6 +1529,7 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	h := sha256.New()
 	maxStale := int64(0)
 	turns := 0
+	stale := make([]int64, 0, usable)
 	for i := range eps {
 		h.Write([]byte(eps[i].ID))
 		h.Write([]byte{0})
@@ -1531,7 +1539,7 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 		s, n := b.trains(&eps[i], v)
 		turns += n
 		maxStale = max(maxStale, s)
-		b.staleness.Observe(float64(s))
+		stale = append(stale, s)
 	}
 	now := time.Now()
 	batch := proto.Batch{Schema: proto.SchemaVersion, ID: "b-" + hex.EncodeToString(h.Sum(nil))[:24], Episodes: eps, TrainerVersion: v, ReleasedAt: now.UnixNano()}
@@ -1541,6 +1549,9 @@ func (b *Buffer) publish(ctx context.Context, js jetstream.JetStream, eps []prot
 	}
 	if _, err := bus.PublishOnce(ctx, js, proto.SubjectBatches, batch.ID, data); err != nil {
 		return fmt.Errorf("publish batch %s: %w", batch.ID, err)
+	}
+	for _, s := range stale {
+		b.staleness.Observe(float64(s))
 	}
 	b.pace.released(batch.ID, now, turns)
 	b.batches.Inc()

@@ -53,7 +53,18 @@ func newMesh(t *testing.T) *mesh {
 
 func (m *mesh) conn(t *testing.T) *nats.Conn {
 	t.Helper()
-	nc, err := bus.Connect(testCtx(t), m.url, "replay-buffer-test", zerolog.Nop())
+	nc, err := bus.Connect(testCtx(t), m.url, "replay-buffer-test", zerolog.Nop(), bus.Unbuffered())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// bufferedConn is a connection with nats.go's default reconnect buffer.
+func (m *mesh) bufferedConn(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := bus.Connect(testCtx(t), m.url, "replay-buffer-test-buffered", zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,6 +630,7 @@ func TestNewValidates(t *testing.T) {
 		{"lead over a minute", replaybuffer.Config{Lead: 2 * time.Minute}, nc, false},
 		{"lead without a queue bound", replaybuffer.Config{Lead: time.Millisecond, MaxQueued: -1}, nc, false},
 		{"no connection", replaybuffer.Config{}, nil, false},
+		{"connection that buffers while disconnected", replaybuffer.Config{}, m.bufferedConn(t), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

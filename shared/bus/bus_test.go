@@ -3,7 +3,8 @@ package bus_test
 import (
 	"context"
 	"errors"
-	"github.com/jetrl/jetrl/shared/bus/bustest"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -561,5 +563,118 @@ func TestConsumeInOrderReportsADeletedConsumer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("ConsumeInOrder goes on after its context ended")
+	}
+}
+
+// cuttable is a TCP proxy to a server whose connections can be cut, and new ones refused, until restored:
+// a network failure between a client and a server that stays up.
+type cuttable struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  []net.Conn
+}
+
+func newCuttable(t *testing.T, target string) *cuttable {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttable{ln: ln, target: target}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		p.serve()
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-served
+		p.cut()
+	})
+	return p
+}
+
+// serve accepts until the listener closes; each pair of copies ends when cut closes its connections.
+func (p *cuttable) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		if err != nil || p.down {
+			p.mu.Unlock()
+			_ = c.Close()
+			if s != nil {
+				_ = s.Close()
+			}
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+	}
+}
+
+func (p *cuttable) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *cuttable) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *cuttable) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// What a connection publishes while cut off from its server is sent once the link is back, however late
+// (nats.go keeps it); with Unbuffered the publish fails at once and nothing is sent later.
+func TestUnbufferedConnectionSendsNothingLate(t *testing.T) {
+	srv := embedded(t)
+	link := newCuttable(t, strings.TrimPrefix(srv.URL(), "nats://"))
+	buffered, js := connect(t, link.url())
+	unbuffered, _ := connect(t, link.url(), bus.Unbuffered())
+	if !bus.Buffered(buffered) || bus.Buffered(unbuffered) {
+		t.Fatalf("Buffered = %v and %v, want true for the default connection and false for Unbuffered's", bus.Buffered(buffered), bus.Buffered(unbuffered))
+	}
+	ctx := testCtx(t)
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	link.cut()
+	eventually(t, 10*time.Second, "both connections to notice the link is cut", func() bool {
+		return !buffered.IsConnected() && !unbuffered.IsConnected()
+	})
+	if err := buffered.Publish("late.buffered", []byte("kept")); err != nil {
+		t.Fatalf("publish on the default connection while cut off: %v, want it kept", err)
+	}
+	if err := unbuffered.Publish("late.unbuffered", []byte("late")); !errors.Is(err, nats.ErrReconnectBufExceeded) {
+		t.Fatalf("publish on the Unbuffered connection while cut off: %v, want nats.ErrReconnectBufExceeded", err)
+	}
+
+	link.restore()
+	eventually(t, 10*time.Second, "both connections back", func() bool { return buffered.IsConnected() && unbuffered.IsConnected() })
+	if err := unbuffered.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the kept publish stored", func() bool {
+		_, err := s.GetLastMsgForSubject(ctx, "late.buffered")
+		return err == nil
+	})
+	if m, err := s.GetLastMsgForSubject(ctx, "late.unbuffered"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the Unbuffered connection's publish: stored %v (err %v), want nothing", m, err)
 	}
 }

@@ -54,6 +54,15 @@ func Connect(ctx context.Context, url, name string, log zerolog.Logger, extra ..
 	return nc, nil
 }
 
+// Unbuffered is the connect option of a service whose writes must not outlive its right to make them (the
+// replay-buffer's lease): nats.go otherwise keeps what is published while the connection is down (8 MB)
+// and sends it when it is back, however late that is; with this option such a publish fails at once
+// (nats.ErrReconnectBufExceeded) and nothing is sent later.
+func Unbuffered() nats.Option { return nats.ReconnectBufSize(-1) }
+
+// Buffered reports whether nc keeps what is published while disconnected, to send on reconnect.
+func Buffered(nc *nats.Conn) bool { return nc.Opts.ReconnectBufSize >= 0 }
+
 // JetStream returns the JetStream context of a connection.
 func JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	return jetstream.New(nc)

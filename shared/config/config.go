@@ -32,6 +32,8 @@ type Common struct {
 	MetricsAddr string `name:"metrics-addr" env:"JETRL_METRICS_ADDR" default:":9090" help:"Address of the Prometheus /metrics endpoint (empty: off)."`
 	Replicas    int    `name:"stream-replicas" env:"JETRL_STREAM_REPLICAS" default:"1" help:"Replicas of streams and buckets (3 on a 3-node cluster)."`
 	RunConfig   bool   `name:"run-config" env:"JETRL_RUN_CONFIG" default:"true" negatable:"" help:"Take every setting not given by flag or environment variable from the run config in KV (jetrl_run, written by jetrl up or jetrl config set)."`
+	// Unbuffered connects with bus.Unbuffered; set by the service's main, not a flag.
+	Unbuffered bool `kong:"-"`
 }
 
 // Validate explains what is wrong with the settings.
@@ -79,7 +81,11 @@ func serve(name string, c Common, configure func(ctx context.Context, js jetstre
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	closed := make(chan struct{})
-	nc, err := bus.Connect(ctx, c.NATS, "jetrl-"+name, log, notifyClosed(closed))
+	opts := []nats.Option{notifyClosed(closed)}
+	if c.Unbuffered {
+		opts = append(opts, bus.Unbuffered())
+	}
+	nc, err := bus.Connect(ctx, c.NATS, "jetrl-"+name, log, opts...)
 	if err != nil {
 		return err
 	}

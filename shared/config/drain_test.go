@@ -66,3 +66,22 @@ func TestNotifyClosedKeepsTheEarlierHandler(t *testing.T) {
 		}
 	}
 }
+
+// A service whose main sets Common.Unbuffered runs on a connection that keeps nothing published while
+// disconnected; the others keep nats.go's default.
+func TestRunConnectsUnbufferedWhenTheServiceAsks(t *testing.T) {
+	url, _ := embedded(t)
+	for _, unbuffered := range []bool{false, true} {
+		var buffered bool
+		err := Run("test", Common{NATS: url, LogLevel: "error", Replicas: 1, Unbuffered: unbuffered}, func(_ context.Context, p Process) error {
+			buffered = bus.Buffered(p.Conn)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buffered == unbuffered {
+			t.Fatalf("Unbuffered %v: the service's connection buffers %v", unbuffered, buffered)
+		}
+	}
+}

@@ -156,7 +156,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		return nil, err
 	}
 	m.run("advantage-normalizer", m.Normalizer.Run, false)
-	if c, err = m.connect(ctx, "replay-buffer"); err != nil {
+	if c, err = m.connect(ctx, "replay-buffer", bus.Unbuffered()); err != nil {
 		return nil, err
 	}
 	if m.Buffer, err = replaybuffer.New(replaybuffer.Config{BatchSize: cfg.BatchSize, MaxBatchSize: cfg.MaxBatchSize, Eta: cfg.Eta, MaxQueued: cfg.MaxQueued, Lead: cfg.Lead, Cut: cfg.Cut, TurnStaleness: cfg.TurnStaleness},
@@ -252,8 +252,8 @@ func (m *Mesh) Stop() {
 	}
 }
 
-func (m *Mesh) connect(ctx context.Context, name string) (*nats.Conn, error) {
-	c, err := bus.Connect(ctx, m.cfg.NATSURL, "jetrl-"+name, m.cfg.Log.With().Str("conn", name).Logger(), m.cfg.Dial...)
+func (m *Mesh) connect(ctx context.Context, name string, opts ...nats.Option) (*nats.Conn, error) {
+	c, err := bus.Connect(ctx, m.cfg.NATSURL, "jetrl-"+name, m.cfg.Log.With().Str("conn", name).Logger(), append(append([]nats.Option{}, m.cfg.Dial...), opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ type cli struct {
 
 func main() {
 	var c cli
+	c.Unbuffered = true // the replay-buffer refuses a connection that sends late what it published while down
 	config.Main("replay-buffer", "jetrl replay-buffer: groups episodes and releases batches.", &c, func(ctx context.Context, p config.Process) error {
 		id, from := config.ServiceID(c.ID)
 		b, err := replaybuffer.New(replaybuffer.Config{ID: id, BatchSize: c.BatchSize, MaxBatchSize: c.MaxBatchSize, Eta: c.Eta, GroupTimeout: c.GroupTimeout, ReplicaTimeout: c.ReplicaTimeout, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStaleness, LeaseTTL: c.LeaseTTL},
