@@ -197,24 +197,11 @@ func (n *Normalizer) refuse(ctx context.Context, js jetstream.JetStream, counter
 	n.stats.DeadLettered++
 	n.mu.Unlock()
 	log.Error().Err(err).Str("batch", b.ID).Int("episodes", len(b.Episodes)).Msg("batch refused; dead-lettered")
-	first, err := bus.DeadLetterFirst(ctx, js, "advantage-normalizer", m, err)
-	if err != nil {
-		log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
-	}
-	if !first || len(b.Episodes) == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err = counter.Refund(rctx, int64(len(b.Episodes)))
-	cancel()
+	refunded, err := admission.RefuseBatch(ctx, js, counter, "advantage-normalizer", m, err, len(b.Episodes), log.With().Str("batch", b.ID).Logger())
 	n.mu.Lock()
+	n.stats.Refunded += refunded
 	if err != nil {
 		n.stats.RefundErrors++
-	} else {
-		n.stats.Refunded += int64(len(b.Episodes))
 	}
 	n.mu.Unlock()
-	if err != nil {
-		log.Error().Err(err).Str("batch", b.ID).Int("episodes", len(b.Episodes)).Msg("admissions of a refused batch not given back")
-	}
 }

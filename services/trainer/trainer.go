@@ -847,24 +847,11 @@ func (t *Trainer) refuse(ctx context.Context, st stores, m jetstream.Msg, err er
 	t.stats.DeadLettered++
 	t.mu.Unlock()
 	log.Error().Err(err).Int("episodes", episodes).Msg("train batch refused; dead-lettered")
-	first, err := bus.DeadLetterFirst(ctx, st.js, "trainer", m, err)
-	if err != nil {
-		log.Error().Err(err).Msg("dead-letter failed; batch will be redelivered")
-	}
-	if !first || episodes == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err = st.counter.Refund(rctx, int64(episodes))
-	cancel()
+	refunded, err := admission.RefuseBatch(ctx, st.js, st.counter, "trainer", m, err, episodes, log)
 	t.mu.Lock()
+	t.stats.Refunded += refunded
 	if err != nil {
 		t.stats.RefundErrors++
-	} else {
-		t.stats.Refunded += int64(episodes)
 	}
 	t.mu.Unlock()
-	if err != nil {
-		log.Error().Err(err).Int("episodes", episodes).Msg("admissions of a refused batch not given back")
-	}
 }

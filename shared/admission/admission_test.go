@@ -313,3 +313,52 @@ func TestFailedClaimWriteIsUncertain(t *testing.T) {
 		t.Fatalf("TryClaim with a failing read: %v, want an error that is not ErrClaimUncertain", err)
 	}
 }
+
+// A refused batch is dead-lettered and its admissions are given back once, however often it comes again
+// (a delivery whose termination was lost).
+func TestRefuseBatchGivesAdmissionsBackOnce(t *testing.T) {
+	c, js := mesh(t)()
+	ctx := testCtx(t)
+	if ok, err := c.TryClaim(ctx, 10, 100); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "REFUSE_TEST", Subjects: []string{"refuse.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "refuse.test", []byte("a batch of 4")); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "REFUSE_TEST", jetstream.ConsumerConfig{Durable: "refuse", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := <-msgs.Messages()
+	if m == nil {
+		t.Fatalf("no message fetched: %v", msgs.Error())
+	}
+	reason := errors.New("advantages do not decode")
+	for i, want := range []int64{4, 0} {
+		refunded, err := admission.RefuseBatch(ctx, js, c, "refuse-test", m, reason, 4, zerolog.Nop())
+		if err != nil || refunded != want {
+			t.Fatalf("delivery %d: refunded %d, err %v; want %d, nil", i+1, refunded, err, want)
+		}
+		if got := read(t, c).Refunded; got != 4 {
+			t.Fatalf("delivery %d: counter refunded %d, want 4", i+1, got)
+		}
+	}
+	dl, err := js.Stream(ctx, proto.StreamDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := dl.GetLastMsgForSubject(ctx, proto.SubjectDeadLetterPrefix+"refuse-test")
+	if err != nil {
+		t.Fatalf("dead letter: %v", err)
+	}
+	if got := stored.Header.Get(proto.HeaderDeadLetterReason); got != reason.Error() {
+		t.Fatalf("dead letter reason %q, want %q", got, reason)
+	}
+}
