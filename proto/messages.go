@@ -466,19 +466,35 @@ func (h *RolloutHeartbeat) Validate() error {
 // Admission is the staleness gate's counter under BucketAdmission/KeyAdmission, updated by compare-and-set.
 // Started counts training episodes admitted by all rollout replicas; Refunded counts those that will never
 // reach the trainer (infrastructure failures, staleness drops), so they do not hold the gate shut.
+// RefundPass is the last of the replay-buffer's numbered refunds applied (GroupRefund.Pass), written with
+// it: whether a refund whose reply was lost was applied can be read back. Other writers keep it as it is.
 type Admission struct {
-	Schema   int   `msgpack:"schema"`
-	Started  int64 `msgpack:"started"`
-	Refunded int64 `msgpack:"refunded"`
+	Schema     int    `msgpack:"schema"`
+	Started    int64  `msgpack:"started"`
+	Refunded   int64  `msgpack:"refunded"`
+	RefundPass uint64 `msgpack:"refund_pass,omitempty"`
 }
 
 // GroupRefund is the replay-buffer's record under BucketRefunds/RefundKey(group id): the admissions of the
 // group it has given back to the staleness gate so far. A buffer that takes over (after a restart, or
 // standing by) reads the records, so the members it is delivered again do not give the same admissions
-// back a second time.
+// back a second time. A record is written before its refund: Refunded counts Pending, what refund pass
+// Pass gives back, and the pass was applied if and only if it is at most Admission.RefundPass (a record
+// without a pass was written after its refund).
 type GroupRefund struct {
-	Schema   int `msgpack:"schema"`
-	Refunded int `msgpack:"refunded"`
+	Schema   int    `msgpack:"schema"`
+	Refunded int    `msgpack:"refunded"`
+	Pending  int    `msgpack:"pending,omitempty"`
+	Pass     uint64 `msgpack:"pass,omitempty"`
+}
+
+// Given is what the record says was given back for its group, once the counter holds refund pass applied
+// (Admission.RefundPass).
+func (r GroupRefund) Given(applied uint64) int {
+	if r.Pass > applied {
+		return max(0, r.Refunded-r.Pending)
+	}
+	return r.Refunded
 }
 
 // AdmissionClosed is the replay-buffer's mark under BucketAdmission/KeyAdmissionClosed: no batch can take

@@ -256,6 +256,16 @@ type Buffer struct {
 	// buffer started, by key, for the groups not seen since (recoverRefund takes them out).
 	refundKV jetstream.KeyValue
 	prior    map[string]int
+	// Refunds are numbered passes (admission.Counter.RefundPass): pass is the last number taken, applied
+	// the pass the counter holds as far as this buffer knows, doubt a pass whose write failed and may have
+	// been applied all the same (resolveDoubt settles it before anything else is given back), and rewrite
+	// the groups whose record names a pass that was not applied, written again with the next pass.
+	pass, applied uint64
+	doubt         *refundPass
+	rewrite       map[*group]struct{}
+	// passMoved is set when the counter holds a refund pass this buffer did not write: another buffer
+	// gives back, and this one stops.
+	passMoved error
 
 	mu    sync.Mutex
 	stats Stats
@@ -454,7 +464,25 @@ func (b *Buffer) Run(ctx context.Context) error {
 	if b.refundKV, err = js.KeyValue(ctx, proto.BucketRefunds); err != nil {
 		return fmt.Errorf("replay-buffer: kv %s: %w", proto.BucketRefunds, err)
 	}
-	if b.prior, err = loadRefunds(ctx, b.refundKV, log); err != nil {
+	// The counter is fenced at the refund pass it holds before the records are read by it: a pass of the
+	// buffer before this one still on its way cannot land after.
+	var applied uint64
+	for {
+		a, _, err := counter.Read(ctx)
+		if err != nil {
+			return fmt.Errorf("replay-buffer: %w", err)
+		}
+		var moved *admission.PassMovedError
+		if err = counter.Fence(ctx, a.RefundPass); errors.As(err, &moved) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("replay-buffer: fence the admission counter: %w", err)
+		}
+		applied = a.RefundPass
+		break
+	}
+	b.pass, b.applied = applied, applied
+	if b.prior, err = loadRefunds(ctx, b.refundKV, applied, log); err != nil {
 		return fmt.Errorf("replay-buffer: read the refund records: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
@@ -610,6 +638,10 @@ func (b *Buffer) Run(ctx context.Context) error {
 				b.settle(wctx, counter, nil)
 			}
 			endWrites()
+			if b.passMoved != nil {
+				log.Error().Err(b.passMoved).Msg("another replay-buffer gives admissions back: stopping")
+				return fmt.Errorf("replay-buffer: %w: %w", ErrFenced, b.passMoved)
+			}
 		}
 		recheck = nil
 		if b.held {
@@ -1057,27 +1089,17 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 		// it shut while the buffer waits for usable episodes that only that room would let start.
 		// The same holds for the members of a waiting group that will never train (missing after its
 		// timeout, masked, stale): their admissions are given back now, and settle gives back the rest.
-		var none []settled
+		var none, waiting []settled
 		var rest []*group
-		var refund int64
 		for _, t := range take {
 			if t.ok == nil {
 				none = append(none, t)
 				continue
 			}
-			refund += t.owed()
+			waiting = append(waiting, t)
 			rest = append(rest, t.g)
 		}
-		if refund > 0 && b.refund(ctx, counter, refund) {
-			var changed []*group
-			for _, t := range take {
-				if o := t.owed(); t.ok != nil && o > 0 {
-					t.g.refunded += int(o) // what it owed: only stale members can add to it
-					changed = append(changed, t.g)
-				}
-			}
-			b.recordRefunds(ctx, changed)
-		}
+		b.giveBack(ctx, counter, waiting) // what a waiting group owes: only stale members can add to it
 		b.settle(ctx, counter, none)
 		b.ready = append(rest, keep...)
 		if !b.held {
@@ -1264,25 +1286,9 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 		ts = append(slices.Clip(b.unsettled), ts...)
 		b.unsettled = nil
 	}
-	var refund int64
-	for _, t := range ts {
-		refund += t.owed()
-	}
-	if refund > 0 && !b.refund(ctx, counter, refund) {
+	if !b.giveBack(ctx, counter, ts) {
 		b.unsettled = ts // held unacked, tried again on the next pass
 		return
-	}
-	if refund > 0 {
-		// Recorded before the members are acked: if they come again (this buffer died first), the buffer
-		// that gets them knows what was given back.
-		var changed []*group
-		for _, t := range ts {
-			if o := t.owed(); o > 0 {
-				t.g.refunded += int(o)
-				changed = append(changed, t.g)
-			}
-		}
-		b.recordRefunds(ctx, changed)
 	}
 	for _, t := range ts {
 		missing := t.g.size - len(t.g.members)
@@ -1338,9 +1344,9 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 	}
 }
 
-// loadRefunds reads every GroupRefund record: the admissions given back so far by key (proto.RefundKey). A
-// record that does not decode is logged and skipped.
-func loadRefunds(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger) (map[string]int, error) {
+// loadRefunds reads every GroupRefund record: the admissions given back so far by key (proto.RefundKey),
+// the counter holding refund pass applied. A record that does not decode is logged and skipped.
+func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, log zerolog.Logger) (map[string]int, error) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	w, err := kv.WatchAll(wctx, jetstream.IgnoreDeletes())
@@ -1359,11 +1365,22 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger)
 				return out, nil
 			}
 			var r proto.GroupRefund
-			if err := codec.Unmarshal(e.Value(), &r); err != nil || r.Refunded < 0 {
-				log.Warn().Err(err).Str("key", e.Key()).Int("refunded", r.Refunded).Msg("refund record skipped")
+			if err := codec.Unmarshal(e.Value(), &r); err != nil || r.Refunded < 0 || r.Pending < 0 {
+				log.Warn().Err(err).Str("key", e.Key()).Int("refunded", r.Refunded).Int("pending", r.Pending).Msg("refund record skipped")
 				continue
 			}
-			out[e.Key()] = r.Refunded
+			out[e.Key()] = r.Given(applied)
+			if r.Pass > applied {
+				// The pass died with the buffer that wrote it; a later one would make it read as applied.
+				rec := proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: r.Given(applied)}
+				data, err := codec.Marshal(rec, 0)
+				if err == nil {
+					_, err = kv.Update(wctx, e.Key(), data, e.Revision())
+				}
+				if err != nil {
+					return nil, fmt.Errorf("rewrite refund record %s of pass %d, not applied: %w", e.Key(), r.Pass, err)
+				}
+			}
 		case <-wctx.Done():
 			return nil, wctx.Err()
 		}
@@ -1386,34 +1403,136 @@ func (b *Buffer) recoverRefund(g *group) {
 	b.count(func(s *Stats) { s.RefundsRecovered += int64(g.refunded) })
 }
 
-// recordRefunds writes the GroupRefund record of each group, after its admissions were given back; a failed
-// write is logged and counted.
-func (b *Buffer) recordRefunds(ctx context.Context, gs []*group) {
-	if b.refundKV == nil {
-		return
+// refundPass is one numbered refund: what it gives back for each group.
+type refundPass struct {
+	pass   uint64
+	shares []refundShare
+}
+
+type refundShare struct {
+	g *group
+	n int
+}
+
+// giveBack gives the staleness gate back what the groups of ts owe, as one numbered pass whose records
+// are written first (a buffer dying between the two leaves records the next one can read right), and
+// reports whether it was given (true when nothing is owed). A failure is logged and counted, and what it
+// was for is tried again later: settle holds its groups unacked in unsettled, a waiting group owes it
+// still when it settles. A pass whose write failed is settled by resolveDoubt before any other.
+func (b *Buffer) giveBack(ctx context.Context, counter *admission.Counter, ts []settled) bool {
+	if !b.resolveDoubt(ctx, counter) {
+		return false
 	}
-	for _, g := range gs {
-		data, err := codec.Marshal(proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: g.refunded}, 0)
+	var p refundPass
+	var total int64
+	for _, t := range ts {
+		if o := t.owed(); o > 0 {
+			p.shares = append(p.shares, refundShare{g: t.g, n: int(o)})
+			total += o
+		}
+	}
+	if total == 0 {
+		return true
+	}
+	b.pass++
+	p.pass = b.pass
+	if !b.recordPass(ctx, p) {
+		b.toRewrite(p) // some may be written: the pass will not be applied
+		return false
+	}
+	err := counter.RefundPass(ctx, total, p.pass, b.applied)
+	if err == nil {
+		b.passApplied(p)
+		return true
+	}
+	b.refundErrors.Inc()
+	b.count(func(s *Stats) { s.RefundErrors++ })
+	var moved *admission.PassMovedError
+	if errors.As(err, &moved) {
+		// Only a buffer that lost its lease meets a pass it did not write.
+		b.toRewrite(p)
+		b.passMoved = err
+		return false
+	}
+	b.doubt = &p
+	b.deps.Log.Warn().Err(err).Int64("admissions", total).Uint64("pass", p.pass).Msg("refund failed; tried again later")
+	return false
+}
+
+// resolveDoubt finds whether the pass whose write failed was applied, and makes sure that one that was
+// not never is (admission.Counter.Fence); it reports whether that is settled.
+func (b *Buffer) resolveDoubt(ctx context.Context, counter *admission.Counter) bool {
+	if b.doubt == nil {
+		return true
+	}
+	err := counter.Fence(ctx, b.applied)
+	var moved *admission.PassMovedError
+	switch {
+	case err == nil: // not applied, and now never will be: its records are written again
+		b.toRewrite(*b.doubt)
+	case errors.As(err, &moved) && moved.Found == b.doubt.pass:
+		b.passApplied(*b.doubt)
+	case errors.As(err, &moved):
+		b.passMoved = err
+		return false
+	default:
+		b.deps.Log.Warn().Err(err).Uint64("pass", b.doubt.pass).Msg("refund pass still in doubt")
+		return false
+	}
+	b.doubt = nil
+	return true
+}
+
+func (b *Buffer) passApplied(p refundPass) {
+	b.applied = p.pass
+	for _, s := range p.shares {
+		s.g.refunded += s.n
+	}
+}
+
+// toRewrite marks the records of p's groups, which name a pass that was not applied, for writing again
+// before a later pass is: once one is, they would read as applied.
+func (b *Buffer) toRewrite(p refundPass) {
+	if b.rewrite == nil {
+		b.rewrite = map[*group]struct{}{}
+	}
+	for _, s := range p.shares {
+		b.rewrite[s.g] = struct{}{}
+	}
+}
+
+// recordPass writes the GroupRefund record of each group of p, and of each group to rewrite (with nothing
+// pending), before p's refund; a failed write is logged and counted, and p is not given (false).
+func (b *Buffer) recordPass(ctx context.Context, p refundPass) bool {
+	if b.refundKV == nil {
+		return true
+	}
+	put := func(g *group, n int) error {
+		data, err := codec.Marshal(proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: g.refunded + n, Pending: n, Pass: p.pass}, 0)
 		if err == nil {
 			_, err = b.refundKV.Put(ctx, proto.RefundKey(g.id), data)
 		}
 		if err != nil {
 			b.count(func(s *Stats) { s.RefundRecordErrors++ })
-			b.deps.Log.Warn().Err(err).Str("group", g.id).Int("refunded", g.refunded).Msg("refund record not written")
+			b.deps.Log.Warn().Err(err).Str("group", g.id).Int("refunded", g.refunded).Int("pending", n).Msg("refund record not written; refund tried again later")
+		}
+		return err
+	}
+	in := make(map[*group]bool, len(p.shares))
+	for _, s := range p.shares {
+		in[s.g] = true
+		if put(s.g, s.n) != nil {
+			return false
 		}
 	}
-}
-
-// refund gives n admissions back to the staleness gate; a failure is logged and counted, and what it was
-// for is tried again later (settle holds its groups unacked in unsettled; a waiting group's members are
-// refunded when it settles).
-func (b *Buffer) refund(ctx context.Context, counter *admission.Counter, n int64) bool {
-	if err := counter.Refund(ctx, n); err != nil {
-		b.refundErrors.Inc()
-		b.count(func(s *Stats) { s.RefundErrors++ })
-		b.deps.Log.Warn().Err(err).Int64("admissions", n).Msg("refund failed; tried again later")
-		return false
+	for g := range b.rewrite {
+		if !in[g] {
+			if put(g, 0) != nil {
+				return false
+			}
+		}
 	}
+	b.rewrite = nil
 	return true
 }
 

@@ -91,6 +91,47 @@ func (c *Counter) Refund(ctx context.Context, n int64) error {
 	}
 }
 
+// PassMovedError is RefundPass's or Fence's answer when the counter holds another refund pass than the
+// one expected.
+type PassMovedError struct{ Expected, Found uint64 }
+
+func (e *PassMovedError) Error() string {
+	return fmt.Sprintf("admission counter holds refund pass %d, not the expected %d", e.Found, e.Expected)
+}
+
+// RefundPass gives back n admissions as refund pass pass, provided the counter holds pass expect (else a
+// *PassMovedError), storing the pass in the same write: a refund whose reply was lost can then be told
+// applied or not by reading the counter (Read's RefundPass), and Fence makes sure one that was not never
+// lands later. Only one writer numbers passes (the replay-buffer holding its lease).
+func (c *Counter) RefundPass(ctx context.Context, n int64, pass, expect uint64) error {
+	return c.passUpdate(ctx, expect, func(a *proto.Admission) {
+		a.Refunded += n
+		a.RefundPass = pass
+	})
+}
+
+// Fence rewrites the counter unchanged, provided it holds refund pass expect (else a *PassMovedError): a
+// RefundPass write made on an earlier revision, whose reply was lost, cannot land after it.
+func (c *Counter) Fence(ctx context.Context, expect uint64) error {
+	return c.passUpdate(ctx, expect, func(*proto.Admission) {})
+}
+
+func (c *Counter) passUpdate(ctx context.Context, expect uint64, change func(*proto.Admission)) error {
+	for {
+		a, rev, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if a.RefundPass != expect {
+			return &PassMovedError{Expected: expect, Found: a.RefundPass}
+		}
+		change(&a)
+		if err := c.write(ctx, a, rev); err == nil || !isConflict(err) {
+			return err
+		}
+	}
+}
+
 // write stores a only if the key is still at revision rev (compare-and-set).
 func (c *Counter) write(ctx context.Context, a proto.Admission, rev uint64) error {
 	b, err := codec.Marshal(a, 0)

@@ -362,3 +362,46 @@ func TestRefuseBatchGivesAdmissionsBackOnce(t *testing.T) {
 		t.Fatalf("dead letter reason %q, want %q", got, reason)
 	}
 }
+
+// A numbered refund stores its pass with it; one expecting another pass is refused, and so is a write made
+// on a revision a fence has passed. Other writers keep the pass.
+func TestRefundPassIsStoredAndFenced(t *testing.T) {
+	c, _ := mesh(t)()
+	ctx := testCtx(t)
+	if err := c.RefundPass(ctx, 3, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if a := read(t, c); a.Refunded != 3 || a.RefundPass != 1 {
+		t.Fatalf("after pass 1: %+v, want 3 refunded at pass 1", a)
+	}
+	var moved *admission.PassMovedError
+	if err := c.RefundPass(ctx, 2, 2, 0); !errors.As(err, &moved) || moved.Found != 1 {
+		t.Fatalf("pass 2 expecting pass 0: %v, want PassMovedError finding 1", err)
+	}
+	if err := c.Fence(ctx, 0); !errors.As(err, &moved) {
+		t.Fatalf("fence expecting pass 0: %v, want PassMovedError", err)
+	}
+	_, before, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fence(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	a, after, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == before || a.Refunded != 3 || a.RefundPass != 1 {
+		t.Fatalf("fence: revision %d → %d, counter %+v; want a new revision, the counter unchanged", before, after, a)
+	}
+	if ok, err := c.TryClaim(ctx, 5, 100); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	if err := c.Refund(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if a := read(t, c); a.Started != 5 || a.Refunded != 4 || a.RefundPass != 1 {
+		t.Fatalf("after a claim and a plain refund: %+v, want the pass kept", a)
+	}
+}
