@@ -294,7 +294,7 @@ type Stats struct {
 	RefundErrors int64 `json:"refund_errors"`
 	// RefundsRecovered counts the admissions a previous buffer had given back for groups this one was
 	// delivered again (its GroupRefund records): they are not given back twice. RefundRecordErrors counts
-	// failed writes of such records (a takeover may then give those admissions back again).
+	// failed writes of such records (the refund they were for is not made then, and is tried again).
 	RefundsRecovered   int64 `json:"refunds_recovered"`
 	RefundRecordErrors int64 `json:"refund_record_errors"`
 	Missing            int64 `json:"missing_timeout"`
@@ -1099,10 +1099,10 @@ func (b *Buffer) release(ctx context.Context, js jetstream.JetStream, counter *a
 			waiting = append(waiting, t)
 			rest = append(rest, t.g)
 		}
-		b.giveBack(ctx, counter, waiting) // what a waiting group owes: only stale members can add to it
+		gave := b.giveBack(ctx, counter, waiting) // what a waiting group owes: only stale members can add to it
 		b.settle(ctx, counter, none)
 		b.ready = append(rest, keep...)
-		if !b.held {
+		if !b.held && gave { // else look again on the next pass: that room may be what the gate waits for
 			b.readyChanged, b.checkedAt = false, seen
 		}
 		return nil
@@ -1357,7 +1357,10 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, log
 	out := map[string]int{}
 	for {
 		select {
-		case e := <-w.Updates():
+		case e, open := <-w.Updates():
+			if !open {
+				return nil, errors.New("the watch of the refund records ended before every record was read")
+			}
 			if e == nil { // every record read
 				if len(out) > 0 {
 					log.Info().Int("groups", len(out)).Msg("refund records of earlier buffers read")
@@ -1420,7 +1423,7 @@ type refundShare struct {
 // was for is tried again later: settle holds its groups unacked in unsettled, a waiting group owes it
 // still when it settles. A pass whose write failed is settled by resolveDoubt before any other.
 func (b *Buffer) giveBack(ctx context.Context, counter *admission.Counter, ts []settled) bool {
-	if !b.resolveDoubt(ctx, counter) {
+	if b.passMoved != nil || !b.resolveDoubt(ctx, counter) {
 		return false
 	}
 	var p refundPass

@@ -16,7 +16,7 @@ import (
 )
 
 // refundFixture is a buffer's refund state on a real server: its counter and refund records.
-func refundFixture(t *testing.T) (*Buffer, *admission.Counter, jetstream.KeyValue, context.Context) {
+func refundFixture(t *testing.T) (*Buffer, *admission.Counter, jetstream.JetStream, context.Context) {
 	t.Helper()
 	_, js := bustest.Server(t, "refund-test")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -30,7 +30,7 @@ func refundFixture(t *testing.T) (*Buffer, *admission.Counter, jetstream.KeyValu
 		t.Fatal(err)
 	}
 	b := &Buffer{deps: Deps{Log: zerolog.Nop()}, refundKV: kv, refundErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})}
-	return b, counter, kv, ctx
+	return b, counter, js, ctx
 }
 
 func refunded(t *testing.T, ctx context.Context, c *admission.Counter) proto.Admission {
@@ -59,7 +59,8 @@ func record(t *testing.T, ctx context.Context, kv jetstream.KeyValue, group stri
 // gave is not given again; one that the server did not apply is fenced, so it cannot land later, and given
 // again as a new pass, its records written again.
 func TestRefundPassInDoubtIsResolvedBeforeTheNext(t *testing.T) {
-	b, counter, kv, ctx := refundFixture(t)
+	b, counter, js, ctx := refundFixture(t)
+	kv := b.refundKV
 
 	landed := &group{id: "landed", size: 4}
 	b.pass = 1
@@ -83,17 +84,31 @@ func TestRefundPassInDoubtIsResolvedBeforeTheNext(t *testing.T) {
 		t.Fatal("record not written")
 	}
 	b.doubt = &refundPass{pass: 2, shares: []refundShare{{g: lost, n: 3}}}
+	_, lostOn, err := counter.Read(ctx) // the revision the lost write was made on
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.giveBack(ctx, counter, nil) {
+		t.Fatal("resolving the lost pass: false")
+	}
+	// It was fenced: the lost write, landing now on the revision it was made on, is refused.
+	admissions, err := js.KeyValue(ctx, proto.BucketAdmission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := codec.Marshal(proto.Admission{Schema: proto.SchemaVersion, Refunded: 7, RefundPass: 2}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admissions.Update(ctx, proto.KeyAdmission, late, lostOn); !admission.IsConflict(err) {
+		t.Fatalf("the lost pass's write landing late: %v, want a compare-and-set conflict", err)
+	}
 	other := &group{id: "other", size: 2}
 	if !b.giveBack(ctx, counter, []settled{{g: other}}) {
 		t.Fatal("giveBack after a pass that did not land: false")
 	}
 	if a := refunded(t, ctx, counter); a.Refunded != 6 || a.RefundPass != 3 || lost.refunded != 0 || other.refunded != 2 {
 		t.Fatalf("counter %+v, lost %d, other %d: want the other's 2 given at pass 3, the lost pass's 3 not", a, lost.refunded, other.refunded)
-	}
-	// A write of the lost pass made now, expecting the pass it was made on, is refused.
-	var moved *admission.PassMovedError
-	if err := counter.RefundPass(ctx, 3, 2, 1); !errors.As(err, &moved) {
-		t.Fatalf("the lost pass landing late: %v, want PassMovedError", err)
 	}
 	// Its group's record no longer names pass 2 with 3 pending: pass 3 applied, it would read as given.
 	if r := record(t, ctx, kv, "lost"); r.Given(3) != 0 {
@@ -108,13 +123,37 @@ func TestRefundPassInDoubtIsResolvedBeforeTheNext(t *testing.T) {
 	if r := record(t, ctx, kv, "lost"); r.Given(b.applied) != 3 {
 		t.Fatalf("record %+v reads %d given, want 3", r, r.Given(b.applied))
 	}
+
+	// A pass another buffer numbered (the counter moved past this buffer's): this one gives nothing back
+	// and writes no record from then on, and its run loop stops on passMoved.
+	if err := counter.RefundPass(ctx, 1, 9, b.applied); err != nil {
+		t.Fatal(err)
+	}
+	first, second := &group{id: "first", size: 1}, &group{id: "second", size: 1}
+	if b.giveBack(ctx, counter, []settled{{g: first}}) {
+		t.Fatal("giveBack under another buffer's pass: true")
+	}
+	var moved *admission.PassMovedError
+	if !errors.As(b.passMoved, &moved) || moved.Found != 9 {
+		t.Fatalf("passMoved = %v, want the pass 9 found", b.passMoved)
+	}
+	if b.giveBack(ctx, counter, []settled{{g: second}}) {
+		t.Fatal("giveBack after passMoved: true")
+	}
+	if _, err := kv.Get(ctx, proto.RefundKey("second")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("a record written after passMoved: %v", err)
+	}
+	if a := refunded(t, ctx, counter); a.Refunded != 10 {
+		t.Fatalf("counter %+v, want only the other buffer's 1 added", a)
+	}
 }
 
 // A buffer that takes over reads each record by the pass the counter holds: a record whose pass was applied
 // counts what it had pending, one whose pass was not (its buffer died between the record and the refund)
 // does not, and is written again without it, so that a later pass does not make it read as applied.
 func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
-	_, _, kv, ctx := refundFixture(t)
+	b, _, _, ctx := refundFixture(t)
+	kv := b.refundKV
 	put := func(group string, r proto.GroupRefund) {
 		t.Helper()
 		r.Schema = proto.SchemaVersion
