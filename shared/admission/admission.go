@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
@@ -116,11 +117,25 @@ func (c *Counter) Fence(ctx context.Context, expect uint64) error {
 	return c.passUpdate(ctx, expect, func(*proto.Admission) {})
 }
 
+// staleReads bounds how often passUpdate reads again a counter that shows an older pass than expected: a
+// replicated bucket answers reads from any replica (direct get), and one may lag the last write.
+const staleReads = 50
+
 func (c *Counter) passUpdate(ctx context.Context, expect uint64, change func(*proto.Admission)) error {
+	stale := 0
 	for {
 		a, rev, err := c.Read(ctx)
 		if err != nil {
 			return err
+		}
+		if a.RefundPass < expect && stale < staleReads {
+			stale++ // passes only rise: a lagging replica's answer
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
 		}
 		if a.RefundPass != expect {
 			return &PassMovedError{Expected: expect, Found: a.RefundPass}
