@@ -395,6 +395,14 @@ func TestRefundPassIsStoredAndFenced(t *testing.T) {
 	if after == before || a.Refunded != 3 || a.RefundPass != 1 {
 		t.Fatalf("fence: revision %d → %d, counter %+v; want a new revision, the counter unchanged", before, after, a)
 	}
+	// A counter showing an older pass than expected is read again (a lagging replica's answer), and taken
+	// for a moved pass only when it stays older.
+	if err := c.RefundPass(ctx, 1, 6, 5); !errors.As(err, &moved) || moved.Found != 1 || moved.Expected != 5 {
+		t.Fatalf("pass 6 expecting 5 on a counter at 1: %v, want PassMovedError finding 1", err)
+	}
+	if a := read(t, c); a.Refunded != 3 || a.RefundPass != 1 {
+		t.Fatalf("after a refused pass: %+v, want it unchanged", a)
+	}
 	if ok, err := c.TryClaim(ctx, 5, 100); err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
