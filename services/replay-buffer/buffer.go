@@ -466,20 +466,9 @@ func (b *Buffer) Run(ctx context.Context) error {
 	}
 	// The counter is fenced at the refund pass it holds before the records are read by it: a pass of the
 	// buffer before this one still on its way cannot land after.
-	var applied uint64
-	for {
-		a, _, err := counter.Read(ctx)
-		if err != nil {
-			return fmt.Errorf("replay-buffer: %w", err)
-		}
-		var moved *admission.PassMovedError
-		if err = counter.Fence(ctx, a.RefundPass); errors.As(err, &moved) {
-			continue
-		} else if err != nil {
-			return fmt.Errorf("replay-buffer: fence the admission counter: %w", err)
-		}
-		applied = a.RefundPass
-		break
+	applied, err := counter.FenceHeld(ctx)
+	if err != nil {
+		return fmt.Errorf("replay-buffer: fence the admission counter: %w", err)
 	}
 	b.pass, b.applied = applied, applied
 	if b.prior, err = loadRefunds(ctx, b.refundKV, applied, log); err != nil {

@@ -121,6 +121,22 @@ func (c *Counter) Fence(ctx context.Context, expect uint64) error {
 // replicated bucket answers reads from any replica (direct get), and one may lag the last write.
 const staleReads = 50
 
+// FenceHeld rewrites the counter unchanged at whatever refund pass it holds, and returns that pass: no
+// write made on an earlier revision can land after it (a takeover's first step).
+func (c *Counter) FenceHeld(ctx context.Context) (uint64, error) {
+	for {
+		a, rev, err := c.Read(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if err := c.write(ctx, a, rev); err == nil {
+			return a.RefundPass, nil
+		} else if !isConflict(err) {
+			return 0, err
+		}
+	}
+}
+
 func (c *Counter) passUpdate(ctx context.Context, expect uint64, change func(*proto.Admission)) error {
 	stale := 0
 	for {

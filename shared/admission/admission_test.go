@@ -403,6 +403,16 @@ func TestRefundPassIsStoredAndFenced(t *testing.T) {
 	if a := read(t, c); a.Refunded != 3 || a.RefundPass != 1 {
 		t.Fatalf("after a refused pass: %+v, want it unchanged", a)
 	}
+	_, before, err = c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := c.FenceHeld(ctx); err != nil || held != 1 {
+		t.Fatalf("FenceHeld = %d, %v; want pass 1", held, err)
+	}
+	if a, after, err := c.Read(ctx); err != nil || after == before || a.RefundPass != 1 || a.Refunded != 3 {
+		t.Fatalf("FenceHeld: revision %d → %d, counter %+v, %v; want a new revision, the counter unchanged", before, after, a, err)
+	}
 	if ok, err := c.TryClaim(ctx, 5, 100); err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
