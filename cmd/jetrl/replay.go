@@ -14,6 +14,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/logging"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -21,7 +22,7 @@ import (
 type replayCmd struct {
 	Stream  string        `arg:"" enum:"episodes,batches,train,deadletter" help:"Stream to read: episodes, batches, train or deadletter."`
 	NATS    string        `name:"nats" help:"NATS server URL of a running mesh."`
-	Data    string        `name:"data" help:"JetStream folder of an embedded run (e.g. out/run/nats), opened read-only: a private server serves a temporary copy of it (under TMPDIR), without the messages past their stream's age limit (24 h; dead letters 7 days)."`
+	Data    string        `name:"data" help:"JetStream folder of an embedded run (e.g. out/run/nats), opened read-only: a private server serves a temporary copy of it (under TMPDIR), every stored message included, even those past their stream's age limit (24 h; dead letters 7 days)."`
 	FromSeq uint64        `name:"from-seq" help:"Start at this stream sequence."`
 	Since   time.Duration `name:"since" help:"Start this long ago (e.g. 10m)."`
 	Task    string        `name:"task" help:"Only episodes of this task (episodes stream: filters by subject)."`
@@ -56,9 +57,10 @@ func (c *replayCmd) Run(g *globals) error {
 		if _, err := os.Stat(c.Data); err != nil {
 			return fmt.Errorf("--data: %w", err)
 		}
-		// A JetStream server writes to its store: it deletes messages past their stream's MaxAge and
-		// rewrites stream and consumer state. The private server therefore serves a copy, so that the
-		// run's folder is only read and keeps its data.
+		// A JetStream server writes to its store: it deletes messages past their stream's MaxAge as it
+		// loads the stream and rewrites stream and consumer state. The private server therefore serves a
+		// copy, so that the run's folder is only read and keeps its data, with the streams' age limits
+		// lifted, so that it serves every message stored.
 		tmp, err := os.MkdirTemp("", "jetrl-replay-")
 		if err != nil {
 			return err
@@ -67,6 +69,9 @@ func (c *replayCmd) Run(g *globals) error {
 		store := filepath.Join(tmp, "nats")
 		if err := os.CopyFS(store, os.DirFS(c.Data)); err != nil {
 			return fmt.Errorf("--data: copy: %w", err)
+		}
+		if _, err := keepAgedMessages(store); err != nil {
+			return fmt.Errorf("--data: %w", err)
 		}
 		srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: store, Name: "jetrl-replay"})
 		if err != nil {
@@ -113,12 +118,15 @@ func (c *replayCmd) Run(g *globals) error {
 	}
 	enc := json.NewEncoder(out)
 	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil // nothing stored
+	}
 	for n := 0; c.Limit == 0 || n < c.Limit; n++ {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		msg, err := cons.Next(jetstream.FetchContext(fctx))
 		cancel()
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoMessages) || ctx.Err() != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || ctx.Err() != nil {
 				return nil // nothing more stored
 			}
 			return err

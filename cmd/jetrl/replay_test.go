@@ -125,3 +125,121 @@ func TestReplayDataLeavesTheFolderUnmodified(t *testing.T) {
 		}
 	}
 }
+
+// jetrl replay --data prints messages past their stream's age limit too: the server that loads the copy
+// would otherwise expire them before anything reads them.
+func TestReplayDataKeepsMessagesPastTheAgeLimit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nats")
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := bus.Connect(ctx, srv.URL(), "jetrl-replay-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, proto.StreamEpisodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const age = 3 * time.Second
+	cfg := info.Config
+	cfg.MaxAge, cfg.Duplicates = age, age
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	for i := range n {
+		b, err := msgpack.Marshal(map[string]any{"i": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, proto.SubjectEpisodes("alfworld"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Close()
+	srv.Shutdown()
+	time.Sleep(age + 200*time.Millisecond)
+
+	var out bytes.Buffer
+	c := &replayCmd{Stream: "episodes", Data: dir, out: &out}
+	if err := c.Run(&globals{}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); out.Len() == 0 || len(lines) != n {
+		t.Fatalf("%d bytes printed, want %d lines of messages past the stream's age limit:\n%s", out.Len(), n, out.String())
+	}
+
+	// The lifted limit is only the copy's: the folder itself still holds the stream's own configuration.
+	copied := filepath.Join(t.TempDir(), "copy")
+	if err := os.CopyFS(copied, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	lifted, err := keepAgedMessages(copied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range lifted {
+		found = found || s == proto.StreamEpisodes
+	}
+	if !found {
+		t.Errorf("lifted the age limit of %v, want %s among them", lifted, proto.StreamEpisodes)
+	}
+}
+
+// jetrl replay of a stream that holds nothing, or nothing of the task asked for, prints nothing, and is no
+// error.
+func TestReplayOfAnEmptyStreamPrintsNothing(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := bus.Connect(ctx, srv.URL(), "jetrl-replay-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The episodes stream holds one of another task: none of the task asked for.
+	b, err := msgpack.Marshal(map[string]any{"i": 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, proto.SubjectEpisodes("webshop"), b); err != nil {
+		t.Fatal(err)
+	}
+	for _, stream := range []string{"deadletter", "episodes"} {
+		var out bytes.Buffer
+		c := &replayCmd{Stream: stream, NATS: srv.URL(), Task: map[bool]string{true: "alfworld"}[stream == "episodes"], out: &out}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Run(&globals{}); err != nil || out.Len() != 0 {
+			t.Fatalf("replay of the empty %s stream: %v, %q; want nothing printed, no error", stream, err, out.String())
+		}
+	}
+}
