@@ -467,20 +467,30 @@ func (h *RolloutHeartbeat) Validate() error {
 // Started counts training episodes admitted by all rollout replicas; Refunded counts those that will never
 // reach the trainer (infrastructure failures, staleness drops), so they do not hold the gate shut.
 // RefundPass is the last of the replay-buffer's numbered refunds applied (GroupRefund.Pass), written with
-// it: whether a refund whose reply was lost was applied can be read back. Other writers keep it as it is.
+// it: whether a refund whose reply was lost was applied can be read back. RefundOwner is the run token of
+// the replay-buffer that numbers the passes, set when it starts (fencing the one before it out: a pass is
+// applied only by the owner), and DeadPasses the passes no buffer may apply any more, one for each start
+// (the pass after the one then applied, which the buffer before may have numbered and recorded but never
+// applied), the last MaxDeadPasses of them. Other writers keep these fields as they are.
 type Admission struct {
-	Schema     int    `msgpack:"schema"`
-	Started    int64  `msgpack:"started"`
-	Refunded   int64  `msgpack:"refunded"`
-	RefundPass uint64 `msgpack:"refund_pass,omitempty"`
+	Schema      int      `msgpack:"schema"`
+	Started     int64    `msgpack:"started"`
+	Refunded    int64    `msgpack:"refunded"`
+	RefundPass  uint64   `msgpack:"refund_pass,omitempty"`
+	RefundOwner string   `msgpack:"refund_owner,omitempty"`
+	DeadPasses  []uint64 `msgpack:"dead_passes,omitempty"`
 }
+
+// MaxDeadPasses bounds Admission.DeadPasses: a buffer's last record would have to reach the server after
+// that many later buffers started for a pass dropped from it to be needed.
+const MaxDeadPasses = 16
 
 // GroupRefund is the replay-buffer's record under BucketRefunds/RefundKey(group id): the admissions of the
 // group it has given back to the staleness gate so far. A buffer that takes over (after a restart, or
 // standing by) reads the records, so the members it is delivered again do not give the same admissions
 // back a second time. A record is written before its refund: Refunded counts Pending, what refund pass
-// Pass gives back, and the pass was applied if and only if it is at most Admission.RefundPass (a record
-// without a pass was written after its refund).
+// Pass gives back, and the pass was applied if and only if it is at most Admission.RefundPass and not one
+// of Admission.DeadPasses (a record without a pass was written after its refund).
 type GroupRefund struct {
 	Schema   int    `msgpack:"schema"`
 	Refunded int    `msgpack:"refunded"`
@@ -489,12 +499,17 @@ type GroupRefund struct {
 }
 
 // Given is what the record says was given back for its group, once the counter holds refund pass applied
-// (Admission.RefundPass).
-func (r GroupRefund) Given(applied uint64) int {
-	if r.Pass > applied {
+// (Admission.RefundPass) and the dead passes dead (Admission.DeadPasses).
+func (r GroupRefund) Given(applied uint64, dead []uint64) int {
+	if !r.Applied(applied, dead) {
 		return max(0, r.Refunded-r.Pending)
 	}
 	return r.Refunded
+}
+
+// Applied reports whether the record's pass was applied (see Given); a record without a pass was.
+func (r GroupRefund) Applied(applied uint64, dead []uint64) bool {
+	return r.Pass == 0 || (r.Pass <= applied && !slices.Contains(dead, r.Pass))
 }
 
 // AdmissionClosed is the replay-buffer's mark under BucketAdmission/KeyAdmissionClosed: no batch can take

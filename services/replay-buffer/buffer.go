@@ -203,6 +203,9 @@ type group struct {
 	// refunded counts the admissions given back while the group waited in the ready list (members that
 	// are missing, masked or stale); settle gives back the rest.
 	refunded int
+	// recordRev is the revision of the group's refund record as this buffer last wrote or read it (0: none
+	// known), the next write's compare-and-set.
+	recordRev uint64
 	// cut says the group was taken while members still played, at its last chance (Config.Cut).
 	cut bool
 }
@@ -255,16 +258,20 @@ type Buffer struct {
 	// refundKV holds the GroupRefund records (proto.BucketRefunds); prior is what the records said when this
 	// buffer started, by key, for the groups not seen since (recoverRefund takes them out).
 	refundKV jetstream.KeyValue
-	prior    map[string]int
-	// Refunds are numbered passes (admission.Counter.RefundPass): pass is the last number taken, applied
-	// the pass the counter holds as far as this buffer knows, doubt a pass whose write failed and may have
-	// been applied all the same (resolveDoubt settles it before anything else is given back), and rewrite
-	// the groups whose record names a pass that was not applied, written again with the next pass.
-	pass, applied uint64
-	doubt         *refundPass
-	rewrite       map[*group]struct{}
-	// passMoved is set when the counter holds a refund pass this buffer did not write: another buffer
-	// gives back, and this one stops.
+	prior    map[string]priorRefund
+	// Refunds are numbered passes (admission.Counter.RefundPass), each the pass after applied, the pass the
+	// counter holds as far as this buffer knows (a pass that was not applied is numbered again, its records
+	// rewritten: so the only pass a buffer may have recorded and not applied is the one a buffer starting
+	// after it declares dead); doubt is a pass whose write failed and may have been applied all the same
+	// (resolveDoubt settles it before anything else is given back), rewrite the groups whose record names
+	// a pass that was not applied, written again with the next pass. owner is this run's token (its
+	// lease's value), the counter's refund owner from its start (FenceHeld).
+	applied uint64
+	owner   string
+	doubt   *refundPass
+	rewrite map[*group]struct{}
+	// passMoved is set when the counter holds a refund pass this buffer did not write, or another owner:
+	// another buffer gives back, and this one stops.
 	passMoved error
 
 	mu    sync.Mutex
@@ -294,10 +301,13 @@ type Stats struct {
 	RefundErrors int64 `json:"refund_errors"`
 	// RefundsRecovered counts the admissions a previous buffer had given back for groups this one was
 	// delivered again (its GroupRefund records): they are not given back twice. RefundRecordErrors counts
-	// failed writes of such records (the refund they were for is not made then, and is tried again).
-	RefundsRecovered   int64 `json:"refunds_recovered"`
-	RefundRecordErrors int64 `json:"refund_record_errors"`
-	Missing            int64 `json:"missing_timeout"`
+	// failed writes of such records (the refund they were for is not made then, and is tried again), and
+	// RefundRecordConflicts the records found changed by a write this buffer did not know of (its own
+	// whose reply was lost, an expiry, or a buffer before it still running) and written over.
+	RefundsRecovered      int64 `json:"refunds_recovered"`
+	RefundRecordErrors    int64 `json:"refund_record_errors"`
+	RefundRecordConflicts int64 `json:"refund_record_conflicts"`
+	Missing               int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
 	Cut int64 `json:"cut_playing"`
 	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
@@ -464,14 +474,14 @@ func (b *Buffer) Run(ctx context.Context) error {
 	if b.refundKV, err = js.KeyValue(ctx, proto.BucketRefunds); err != nil {
 		return fmt.Errorf("replay-buffer: kv %s: %w", proto.BucketRefunds, err)
 	}
-	// The counter is fenced at the refund pass it holds before the records are read by it: a pass of the
-	// buffer before this one still on its way cannot land after.
-	applied, err := counter.FenceHeld(ctx)
+	// This run becomes the counter's refund owner before the records are read by it: a pass of the buffer
+	// before this one can no longer be applied (and the one it may have numbered last is dead).
+	a, err := counter.FenceHeld(ctx, ls.value)
 	if err != nil {
 		return fmt.Errorf("replay-buffer: fence the admission counter: %w", err)
 	}
-	b.pass, b.applied = applied, applied
-	if b.prior, err = loadRefunds(ctx, b.refundKV, applied, log); err != nil {
+	b.applied, b.owner = a.RefundPass, ls.value
+	if b.prior, err = loadRefunds(ctx, b.refundKV, a.RefundPass, a.DeadPasses, log); err != nil {
 		return fmt.Errorf("replay-buffer: read the refund records: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamEpisodes,
@@ -1333,9 +1343,17 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 	}
 }
 
+// priorRefund is what a group's record said when the buffer started: the admissions given back, and the
+// record's revision.
+type priorRefund struct {
+	given int
+	rev   uint64
+}
+
 // loadRefunds reads every GroupRefund record: the admissions given back so far by key (proto.RefundKey),
-// the counter holding refund pass applied. A record that does not decode is logged and skipped.
-func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, log zerolog.Logger) (map[string]int, error) {
+// the counter holding refund pass applied and dead passes dead. A record that does not decode is logged
+// and skipped; one naming a pass that was not applied is written again without it.
+func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, dead []uint64, log zerolog.Logger) (map[string]priorRefund, error) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	w, err := kv.WatchAll(wctx, jetstream.IgnoreDeletes())
@@ -1343,7 +1361,7 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, log
 		return nil, err
 	}
 	defer func() { _ = w.Stop() }()
-	out := map[string]int{}
+	out := map[string]priorRefund{}
 	for {
 		select {
 		case e, open := <-w.Updates():
@@ -1361,18 +1379,20 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, log
 				log.Warn().Err(err).Str("key", e.Key()).Int("refunded", r.Refunded).Int("pending", r.Pending).Msg("refund record skipped")
 				continue
 			}
-			out[e.Key()] = r.Given(applied)
-			if r.Pass > applied {
-				// The pass died with the buffer that wrote it; a later one would make it read as applied.
-				rec := proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: r.Given(applied)}
+			prior := priorRefund{given: r.Given(applied, dead), rev: e.Revision()}
+			if !r.Applied(applied, dead) {
+				// The pass died with the buffer that wrote it: written without it, the record keeps
+				// reading right once its pass leaves the dead passes.
+				rec := proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: prior.given}
 				data, err := codec.Marshal(rec, 0)
 				if err == nil {
-					_, err = kv.Update(wctx, e.Key(), data, e.Revision())
+					prior.rev, err = kv.Update(wctx, e.Key(), data, e.Revision())
 				}
 				if err != nil {
 					return nil, fmt.Errorf("rewrite refund record %s of pass %d, not applied: %w", e.Key(), r.Pass, err)
 				}
 			}
+			out[e.Key()] = prior
 		case <-wctx.Done():
 			return nil, wctx.Err()
 		}
@@ -1391,7 +1411,7 @@ func (b *Buffer) recoverRefund(g *group) {
 		return
 	}
 	delete(b.prior, k)
-	g.refunded = min(n, g.size)
+	g.refunded, g.recordRev = min(n.given, g.size), n.rev
 	b.count(func(s *Stats) { s.RefundsRecovered += int64(g.refunded) })
 }
 
@@ -1426,13 +1446,12 @@ func (b *Buffer) giveBack(ctx context.Context, counter *admission.Counter, ts []
 	if total == 0 {
 		return true
 	}
-	b.pass++
-	p.pass = b.pass
-	if !b.recordPass(ctx, p) {
+	p.pass = b.applied + 1
+	if !b.recordPass(ctx, counter, p) {
 		b.toRewrite(p) // some may be written: the pass will not be applied
 		return false
 	}
-	err := counter.RefundPass(ctx, total, p.pass, b.applied)
+	err := counter.RefundPass(ctx, total, p.pass, b.applied, b.owner)
 	if err == nil {
 		b.passApplied(p)
 		return true
@@ -1441,7 +1460,7 @@ func (b *Buffer) giveBack(ctx context.Context, counter *admission.Counter, ts []
 	b.count(func(s *Stats) { s.RefundErrors++ })
 	var moved *admission.PassMovedError
 	if errors.As(err, &moved) {
-		// Only a buffer that lost its lease meets a pass it did not write.
+		// Only a buffer that lost its lease meets a pass it did not write, or another owner.
 		b.toRewrite(p)
 		b.passMoved = err
 		return false
@@ -1457,12 +1476,12 @@ func (b *Buffer) resolveDoubt(ctx context.Context, counter *admission.Counter) b
 	if b.doubt == nil {
 		return true
 	}
-	err := counter.Fence(ctx, b.applied)
+	err := counter.Fence(ctx, b.applied, b.owner)
 	var moved *admission.PassMovedError
 	switch {
 	case err == nil: // not applied, and now never will be: its records are written again
 		b.toRewrite(*b.doubt)
-	case errors.As(err, &moved) && moved.Found == b.doubt.pass:
+	case errors.As(err, &moved) && !moved.Taken && moved.Found == b.doubt.pass:
 		b.passApplied(*b.doubt)
 	case errors.As(err, &moved):
 		b.passMoved = err
@@ -1495,15 +1514,12 @@ func (b *Buffer) toRewrite(p refundPass) {
 
 // recordPass writes the GroupRefund record of each group of p, and of each group to rewrite (with nothing
 // pending), before p's refund; a failed write is logged and counted, and p is not given (false).
-func (b *Buffer) recordPass(ctx context.Context, p refundPass) bool {
+func (b *Buffer) recordPass(ctx context.Context, counter *admission.Counter, p refundPass) bool {
 	if b.refundKV == nil {
 		return true
 	}
 	put := func(g *group, n int) error {
-		data, err := codec.Marshal(proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: g.refunded + n, Pending: n, Pass: p.pass}, 0)
-		if err == nil {
-			_, err = b.refundKV.Put(ctx, proto.RefundKey(g.id), data)
-		}
+		err := b.writeRecord(ctx, counter, g, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: g.refunded + n, Pending: n, Pass: p.pass})
 		if err != nil {
 			b.count(func(s *Stats) { s.RefundRecordErrors++ })
 			b.deps.Log.Warn().Err(err).Str("group", g.id).Int("refunded", g.refunded).Int("pending", n).Msg("refund record not written; refund tried again later")
@@ -1526,6 +1542,68 @@ func (b *Buffer) recordPass(ctx context.Context, p refundPass) bool {
 	}
 	b.rewrite = nil
 	return true
+}
+
+// recordWrites bounds writeRecord's attempts: a read of the record may lag (a replicated bucket answers
+// from any replica), and its revision then conflicts again.
+const recordWrites = 20
+
+// writeRecord writes g's record by compare-and-set on the revision this buffer last wrote or read (created
+// when it knows none), so that a buffer before this one, still running after this one started, cannot
+// write over it. A conflict is a write this buffer does not know of: its own whose reply was lost, a
+// record that expired, or one the buffer before wrote late. Unless the counter says another buffer started
+// after this one (this one is then the buffer before: it stops, passMoved), the record is read and
+// written again over whatever it holds.
+func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g *group, r proto.GroupRefund) error {
+	data, err := codec.Marshal(r, 0)
+	if err != nil {
+		return err
+	}
+	key := proto.RefundKey(g.id)
+	for try := 1; ; try++ {
+		var rev uint64
+		if g.recordRev == 0 {
+			rev, err = b.refundKV.Create(ctx, key, data)
+		} else {
+			rev, err = b.refundKV.Update(ctx, key, data, g.recordRev)
+		}
+		if err == nil {
+			g.recordRev = rev
+			return nil
+		}
+		if !admission.IsConflict(err) || try == recordWrites {
+			return err
+		}
+		if try > 1 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if counter != nil {
+			if err := counter.Owned(ctx, b.owner, b.applied); err != nil {
+				var moved *admission.PassMovedError
+				if errors.As(err, &moved) {
+					b.passMoved = err
+				}
+				return err
+			}
+		}
+		e, err := b.refundKV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			g.recordRev = 0
+		case err != nil:
+			return err
+		default:
+			g.recordRev = e.Revision()
+		}
+		if try == 1 {
+			b.count(func(s *Stats) { s.RefundRecordConflicts++ })
+			b.deps.Log.Warn().Str("group", g.id).Uint64("revision", g.recordRev).Msg("refund record changed by a write this buffer did not know of; writing over it")
+		}
+	}
 }
 
 // queued is how many released batches the trainer has not applied yet, and whether that is MaxQueued or

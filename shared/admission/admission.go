@@ -93,72 +93,119 @@ func (c *Counter) Refund(ctx context.Context, n int64) error {
 }
 
 // PassMovedError is RefundPass's or Fence's answer when the counter holds another refund pass than the
-// one expected.
-type PassMovedError struct{ Expected, Found uint64 }
+// one expected, or is owned by another buffer (Taken: one that started after the caller).
+type PassMovedError struct {
+	Expected, Found uint64
+	Taken           bool
+}
 
 func (e *PassMovedError) Error() string {
+	if e.Taken {
+		return fmt.Sprintf("admission counter owned by another replay-buffer, at refund pass %d (this one expected %d)", e.Found, e.Expected)
+	}
 	return fmt.Sprintf("admission counter holds refund pass %d, not the expected %d", e.Found, e.Expected)
 }
 
-// RefundPass gives back n admissions as refund pass pass, provided the counter holds pass expect (else a
-// *PassMovedError), storing the pass in the same write: a refund whose reply was lost can then be told
-// applied or not by reading the counter (Read's RefundPass), and Fence makes sure one that was not never
-// lands later. Only one writer numbers passes (the replay-buffer holding its lease).
-func (c *Counter) RefundPass(ctx context.Context, n int64, pass, expect uint64) error {
-	return c.passUpdate(ctx, expect, func(a *proto.Admission) {
+// RefundPass gives back n admissions as refund pass pass, provided the counter holds pass expect and is
+// owned by owner (else a *PassMovedError), storing the pass in the same write: a refund whose reply was
+// lost can then be told applied or not by reading the counter (Read's RefundPass), and Fence makes sure
+// one that was not never lands later. Only the owner numbers passes (the replay-buffer that last started,
+// FenceHeld).
+func (c *Counter) RefundPass(ctx context.Context, n int64, pass, expect uint64, owner string) error {
+	return c.passUpdate(ctx, expect, owner, func(a *proto.Admission) {
 		a.Refunded += n
 		a.RefundPass = pass
 	})
 }
 
-// Fence rewrites the counter unchanged, provided it holds refund pass expect (else a *PassMovedError): a
-// RefundPass write made on an earlier revision, whose reply was lost, cannot land after it.
-func (c *Counter) Fence(ctx context.Context, expect uint64) error {
-	return c.passUpdate(ctx, expect, func(*proto.Admission) {})
+// Fence rewrites the counter unchanged, provided it holds refund pass expect and is owned by owner (else a
+// *PassMovedError): a RefundPass write made on an earlier revision, whose reply was lost, cannot land
+// after it.
+func (c *Counter) Fence(ctx context.Context, expect uint64, owner string) error {
+	return c.passUpdate(ctx, expect, owner, func(*proto.Admission) {})
 }
 
 // staleReads bounds how often passUpdate reads again a counter that shows an older pass than expected: a
 // replicated bucket answers reads from any replica (direct get), and one may lag the last write.
 const staleReads = 50
 
-// FenceHeld rewrites the counter unchanged at whatever refund pass it holds, and returns that pass: no
-// write made on an earlier revision can land after it (a takeover's first step).
-func (c *Counter) FenceHeld(ctx context.Context) (uint64, error) {
+// FenceHeld makes owner the counter's refund owner, the first step of a replay-buffer that starts: the
+// pass after the one held is dead (the buffer before may have numbered and recorded it, and can no longer
+// apply it: its owner is not the counter's any more, and a write of it made on an earlier revision cannot
+// land after this one) and becomes the pass held, so the new owner never numbers it. It returns the
+// counter as written.
+func (c *Counter) FenceHeld(ctx context.Context, owner string) (proto.Admission, error) {
 	for {
 		a, rev, err := c.Read(ctx)
 		if err != nil {
-			return 0, err
+			return a, err
 		}
+		a.RefundPass++
+		a.DeadPasses = append(a.DeadPasses, a.RefundPass)
+		if len(a.DeadPasses) > proto.MaxDeadPasses {
+			a.DeadPasses = a.DeadPasses[len(a.DeadPasses)-proto.MaxDeadPasses:]
+		}
+		a.RefundOwner = owner
 		if err := c.write(ctx, a, rev); err == nil {
-			return a.RefundPass, nil
+			return a, nil
 		} else if !isConflict(err) {
-			return 0, err
+			return a, err
 		}
 	}
 }
 
-func (c *Counter) passUpdate(ctx context.Context, expect uint64, change func(*proto.Admission)) error {
-	stale := 0
+func (c *Counter) passUpdate(ctx context.Context, expect uint64, owner string, change func(*proto.Admission)) error {
 	for {
-		a, rev, err := c.Read(ctx)
+		a, rev, err := c.readPass(ctx, expect)
 		if err != nil {
 			return err
 		}
-		if a.RefundPass < expect && stale < staleReads {
-			stale++ // passes only rise: a lagging replica's answer
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
-			continue
+		if anew(a, owner) {
+			a.RefundOwner, a.RefundPass = owner, expect
 		}
-		if a.RefundPass != expect {
-			return &PassMovedError{Expected: expect, Found: a.RefundPass}
+		if a.RefundPass != expect || a.RefundOwner != owner {
+			return &PassMovedError{Expected: expect, Found: a.RefundPass, Taken: a.RefundOwner != owner}
 		}
 		change(&a)
 		if err := c.write(ctx, a, rev); err == nil || !isConflict(err) {
 			return err
+		}
+	}
+}
+
+// Owned reports whether owner is the counter's refund owner: nil, or a *PassMovedError (Taken) naming the
+// pass held when another buffer is. atLeast is the pass the caller knows the counter holds.
+func (c *Counter) Owned(ctx context.Context, owner string, atLeast uint64) error {
+	a, _, err := c.readPass(ctx, atLeast)
+	if err != nil {
+		return err
+	}
+	if a.RefundOwner != owner && !anew(a, owner) {
+		return &PassMovedError{Expected: atLeast, Found: a.RefundPass, Taken: true}
+	}
+	return nil
+}
+
+// anew reports a counter that no buffer has owned (no owner, no pass) read by an owner: one created anew
+// since the owner started (its bucket lost and made again), which the owner adopts at the pass it
+// expects. A stale read of the counter before the owner's start reads so too, but the write made on it
+// then fails its compare-and-set.
+func anew(a proto.Admission, owner string) bool {
+	return owner != "" && a.RefundOwner == "" && a.RefundPass == 0 && len(a.DeadPasses) == 0
+}
+
+// readPass reads the counter, again while it shows a pass older than atLeast (passes only rise: a lagging
+// replica's answer), at most staleReads times.
+func (c *Counter) readPass(ctx context.Context, atLeast uint64) (proto.Admission, uint64, error) {
+	for stale := 0; ; stale++ {
+		a, rev, err := c.Read(ctx)
+		if err != nil || a.RefundPass >= atLeast || stale == staleReads {
+			return a, rev, err
+		}
+		select {
+		case <-ctx.Done():
+			return a, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -3,7 +3,8 @@ package admission_test
 import (
 	"context"
 	"errors"
-	"github.com/jetrl/jetrl/shared/bus/bustest"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/admission"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -368,24 +370,24 @@ func TestRefuseBatchGivesAdmissionsBackOnce(t *testing.T) {
 func TestRefundPassIsStoredAndFenced(t *testing.T) {
 	c, _ := mesh(t)()
 	ctx := testCtx(t)
-	if err := c.RefundPass(ctx, 3, 1, 0); err != nil {
+	if err := c.RefundPass(ctx, 3, 1, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if a := read(t, c); a.Refunded != 3 || a.RefundPass != 1 {
 		t.Fatalf("after pass 1: %+v, want 3 refunded at pass 1", a)
 	}
 	var moved *admission.PassMovedError
-	if err := c.RefundPass(ctx, 2, 2, 0); !errors.As(err, &moved) || moved.Found != 1 {
+	if err := c.RefundPass(ctx, 2, 2, 0, ""); !errors.As(err, &moved) || moved.Found != 1 {
 		t.Fatalf("pass 2 expecting pass 0: %v, want PassMovedError finding 1", err)
 	}
-	if err := c.Fence(ctx, 0); !errors.As(err, &moved) {
+	if err := c.Fence(ctx, 0, ""); !errors.As(err, &moved) {
 		t.Fatalf("fence expecting pass 0: %v, want PassMovedError", err)
 	}
 	_, before, err := c.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Fence(ctx, 1); err != nil {
+	if err := c.Fence(ctx, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	a, after, err := c.Read(ctx)
@@ -397,7 +399,7 @@ func TestRefundPassIsStoredAndFenced(t *testing.T) {
 	}
 	// A counter showing an older pass than expected is read again (a lagging replica's answer), and taken
 	// for a moved pass only when it stays older.
-	if err := c.RefundPass(ctx, 1, 6, 5); !errors.As(err, &moved) || moved.Found != 1 || moved.Expected != 5 {
+	if err := c.RefundPass(ctx, 1, 6, 5, ""); !errors.As(err, &moved) || moved.Found != 1 || moved.Expected != 5 {
 		t.Fatalf("pass 6 expecting 5 on a counter at 1: %v, want PassMovedError finding 1", err)
 	}
 	if a := read(t, c); a.Refunded != 3 || a.RefundPass != 1 {
@@ -407,11 +409,23 @@ func TestRefundPassIsStoredAndFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if held, err := c.FenceHeld(ctx); err != nil || held != 1 {
-		t.Fatalf("FenceHeld = %d, %v; want pass 1", held, err)
+	// A buffer that starts owns the counter from then on: the pass after the one held is dead, and held.
+	held, err := c.FenceHeld(ctx, "b/1")
+	if err != nil || held.RefundPass != 2 || !slices.Equal(held.DeadPasses, []uint64{2}) || held.RefundOwner != "b/1" {
+		t.Fatalf("FenceHeld = %+v, %v; want pass 2 held and dead, owned by b/1", held, err)
 	}
-	if a, after, err := c.Read(ctx); err != nil || after == before || a.RefundPass != 1 || a.Refunded != 3 {
-		t.Fatalf("FenceHeld: revision %d → %d, counter %+v, %v; want a new revision, the counter unchanged", before, after, a, err)
+	if a, after, err := c.Read(ctx); err != nil || after == before || a.RefundPass != 2 || a.Refunded != 3 || a.RefundOwner != "b/1" {
+		t.Fatalf("FenceHeld: revision %d → %d, counter %+v, %v; want a new revision, pass 2 owned by b/1, nothing refunded", before, after, a, err)
+	}
+	// The owner before it can neither give back nor fence, even at the pass held (it numbered pass 2 too).
+	if err := c.RefundPass(ctx, 1, 3, 2, ""); !errors.As(err, &moved) || !moved.Taken {
+		t.Fatalf("pass 3 of the former owner: %v, want PassMovedError taken", err)
+	}
+	if err := c.Fence(ctx, 2, ""); !errors.As(err, &moved) || !moved.Taken || moved.Found != 2 {
+		t.Fatalf("fence of the former owner: %v, want PassMovedError taken at pass 2", err)
+	}
+	if err := c.RefundPass(ctx, 2, 3, 2, "b/1"); err != nil {
+		t.Fatal(err)
 	}
 	if ok, err := c.TryClaim(ctx, 5, 100); err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
@@ -419,7 +433,48 @@ func TestRefundPassIsStoredAndFenced(t *testing.T) {
 	if err := c.Refund(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if a := read(t, c); a.Started != 5 || a.Refunded != 4 || a.RefundPass != 1 {
-		t.Fatalf("after a claim and a plain refund: %+v, want the pass kept", a)
+	if a := read(t, c); a.Started != 5 || a.Refunded != 6 || a.RefundPass != 3 || a.RefundOwner != "b/1" || !slices.Equal(a.DeadPasses, []uint64{2}) {
+		t.Fatalf("after a claim and a plain refund: %+v, want the pass, owner and dead passes kept", a)
+	}
+	// Only the last MaxDeadPasses starts' dead passes are kept.
+	for i := range proto.MaxDeadPasses + 2 {
+		if _, err := c.FenceHeld(ctx, fmt.Sprintf("b/%d", i+2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a = read(t, c)
+	if len(a.DeadPasses) != proto.MaxDeadPasses || a.DeadPasses[0] != 6 || a.DeadPasses[proto.MaxDeadPasses-1] != a.RefundPass || a.RefundPass != 3+proto.MaxDeadPasses+2 {
+		t.Fatalf("after %d more starts: %+v, want the last %d dead passes, ending at the pass held", proto.MaxDeadPasses+2, a, proto.MaxDeadPasses)
+	}
+}
+
+// A counter made anew after its owner started (its bucket lost and created again: no owner, no pass) is
+// adopted by the owner's next refund at the pass it expects; one another buffer owns is not.
+func TestACounterMadeAnewIsAdoptedByItsOwner(t *testing.T) {
+	c, js := mesh(t)()
+	ctx := testCtx(t)
+	held, err := c.FenceHeld(ctx, "b/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketAdmission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, proto.KeyAdmission); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Owned(ctx, "b/1", held.RefundPass); err != nil {
+		t.Fatalf("Owned on the counter made anew: %v, want nil", err)
+	}
+	if err := c.RefundPass(ctx, 2, held.RefundPass+1, held.RefundPass, "b/1"); err != nil {
+		t.Fatalf("refund on the counter made anew: %v", err)
+	}
+	if a := read(t, c); a.Refunded != 2 || a.RefundPass != held.RefundPass+1 || a.RefundOwner != "b/1" {
+		t.Fatalf("counter %+v, want 2 refunded at pass %d, owned by b/1", a, held.RefundPass+1)
+	}
+	var moved *admission.PassMovedError
+	if err := c.Owned(ctx, "c/1", 0); !errors.As(err, &moved) || !moved.Taken {
+		t.Fatalf("Owned by another: %v, want PassMovedError taken", err)
 	}
 }
