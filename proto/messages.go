@@ -490,7 +490,8 @@ const MaxDeadPasses = 16
 // standing by) reads the records, so the members it is delivered again do not give the same admissions
 // back a second time. A record is written before its refund: Refunded counts Pending, what refund pass
 // Pass gives back, and the pass was applied if and only if it is at most Admission.RefundPass and not one
-// of Admission.DeadPasses (a record without a pass was written after its refund).
+// of Admission.DeadPasses (a record without a pass was written after its refund), as long as the buffer
+// that wrote it was one of the last MaxDeadPasses to start.
 type GroupRefund struct {
 	Schema   int    `msgpack:"schema"`
 	Refunded int    `msgpack:"refunded"`

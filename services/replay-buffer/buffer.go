@@ -1352,7 +1352,7 @@ type priorRefund struct {
 
 // loadRefunds reads every GroupRefund record: the admissions given back so far by key (proto.RefundKey),
 // the counter holding refund pass applied and dead passes dead. A record that does not decode is logged
-// and skipped; one naming a pass that was not applied is written again without it.
+// and skipped; one naming a pass that was not applied is written again without it (settleRecord).
 func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, dead []uint64, log zerolog.Logger) (map[string]priorRefund, error) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -1379,22 +1379,55 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, dea
 				log.Warn().Err(err).Str("key", e.Key()).Int("refunded", r.Refunded).Int("pending", r.Pending).Msg("refund record skipped")
 				continue
 			}
-			prior := priorRefund{given: r.Given(applied, dead), rev: e.Revision()}
-			if !r.Applied(applied, dead) {
-				// The pass died with the buffer that wrote it: written without it, the record keeps
-				// reading right once its pass leaves the dead passes.
-				rec := proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: prior.given}
-				data, err := codec.Marshal(rec, 0)
-				if err == nil {
-					prior.rev, err = kv.Update(wctx, e.Key(), data, e.Revision())
-				}
-				if err != nil {
-					return nil, fmt.Errorf("rewrite refund record %s of pass %d, not applied: %w", e.Key(), r.Pass, err)
-				}
+			prior, ok, err := settleRecord(wctx, kv, e.Key(), r, e.Revision(), applied, dead)
+			if err != nil {
+				return nil, err
 			}
-			out[e.Key()] = prior
+			if ok {
+				out[e.Key()] = prior
+			}
 		case <-wctx.Done():
 			return nil, wctx.Err()
+		}
+	}
+}
+
+// settleRecord is what record r, read at revision rev, says was given back. A record whose pass was not
+// applied (it died with the buffer that wrote it) is written again without it, so that it keeps reading
+// right once its pass leaves the dead passes; when that write conflicts (a lagging read, an expiry, the
+// buffer before still writing) the record is read again and settled again. ok is false when the record is
+// gone.
+func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r proto.GroupRefund, rev, applied uint64, dead []uint64) (p priorRefund, ok bool, err error) {
+	for try := 1; ; try++ {
+		p = priorRefund{given: r.Given(applied, dead), rev: rev}
+		if r.Applied(applied, dead) {
+			return p, true, nil
+		}
+		data, err := codec.Marshal(proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: p.given}, 0)
+		if err != nil {
+			return p, false, err
+		}
+		if p.rev, err = kv.Update(ctx, key, data, rev); err == nil {
+			return p, true, nil
+		}
+		if !admission.IsConflict(err) || try == recordWrites {
+			return p, false, fmt.Errorf("rewrite refund record %s of pass %d, not applied: %w", key, r.Pass, err)
+		}
+		select {
+		case <-ctx.Done():
+			return p, false, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return p, false, nil
+		}
+		if err != nil {
+			return p, false, err
+		}
+		r, rev = proto.GroupRefund{}, e.Revision()
+		if err := codec.Unmarshal(e.Value(), &r); err != nil || r.Refunded < 0 || r.Pending < 0 {
+			return p, false, fmt.Errorf("refund record %s read again: refunded %d, pending %d: %v", key, r.Refunded, r.Pending, err)
 		}
 	}
 }
@@ -1553,7 +1586,8 @@ const recordWrites = 20
 // write over it. A conflict is a write this buffer does not know of: its own whose reply was lost, a
 // record that expired, or one the buffer before wrote late. Unless the counter says another buffer started
 // after this one (this one is then the buffer before: it stops, passMoved), the record is read and
-// written again over whatever it holds.
+// written again over whatever it holds. It is called with no pass in doubt (resolveDoubt first), so the
+// counter holds the pass applied.
 func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g *group, r proto.GroupRefund) error {
 	data, err := codec.Marshal(r, 0)
 	if err != nil {
@@ -1582,7 +1616,8 @@ func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g 
 			}
 		}
 		if counter != nil {
-			if err := counter.Owned(ctx, b.owner, b.applied); err != nil {
+			// Ownership proven by a compare-and-set, not a read, which a lagging replica may answer.
+			if err := counter.Fence(ctx, b.applied, b.owner); err != nil {
 				var moved *admission.PassMovedError
 				if errors.As(err, &moved) {
 					b.passMoved = err

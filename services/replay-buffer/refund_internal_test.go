@@ -179,6 +179,38 @@ func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
 	if r := record(t, ctx, kv, "died"); r.Given(100, nil) != 3 {
 		t.Fatalf("record of the pass that died %+v reads %d given once later passes are applied, want 3", r, r.Given(100, nil))
 	}
+
+	// A record read at a revision since written over (here by the buffer before, still writing) is read
+	// again and settled by what it holds now; one since gone is left out.
+	first, err := kv.Put(ctx, proto.RefundKey("moved"), mustMarshal(t, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: 5, Pending: 2, Pass: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, proto.RefundKey("moved"), mustMarshal(t, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: 9, Pending: 4, Pass: 8})); err != nil {
+		t.Fatal(err)
+	}
+	p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, 7, nil)
+	if err != nil || !ok || p.given != 5 {
+		t.Fatalf("settled %+v, %v, %v; want 5 given (9 less the 4 pending of the record written since)", p, ok, err)
+	}
+	if r := record(t, ctx, kv, "moved"); r.Pass != 0 || r.Refunded != 5 {
+		t.Fatalf("record %+v, want 5 given, without its dead pass", r)
+	}
+	if err := kv.Delete(ctx, proto.RefundKey("moved")); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, 7, nil); err != nil || ok {
+		t.Fatalf("settled a record since deleted: %+v, %v, %v; want it left out", p, ok, err)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := codec.Marshal(v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // After another buffer starts, the one before it (still running: its lease lapsed unseen) can apply no

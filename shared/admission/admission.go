@@ -173,25 +173,13 @@ func (c *Counter) passUpdate(ctx context.Context, expect uint64, owner string, c
 	}
 }
 
-// Owned reports whether owner is the counter's refund owner: nil, or a *PassMovedError (Taken) naming the
-// pass held when another buffer is. atLeast is the pass the caller knows the counter holds.
-func (c *Counter) Owned(ctx context.Context, owner string, atLeast uint64) error {
-	a, _, err := c.readPass(ctx, atLeast)
-	if err != nil {
-		return err
-	}
-	if a.RefundOwner != owner && !anew(a, owner) {
-		return &PassMovedError{Expected: atLeast, Found: a.RefundPass, Taken: true}
-	}
-	return nil
-}
-
-// anew reports a counter that no buffer has owned (no owner, no pass) read by an owner: one created anew
-// since the owner started (its bucket lost and made again), which the owner adopts at the pass it
+// anew reports a counter that no buffer of this release owns (no owner, no dead passes) read by an owner:
+// one created anew since the owner started (its bucket lost and made again), or last written by a service
+// of an older release, which drops the fields it does not know. The owner adopts it at the pass it
 // expects. A stale read of the counter before the owner's start reads so too, but the write made on it
 // then fails its compare-and-set.
 func anew(a proto.Admission, owner string) bool {
-	return owner != "" && a.RefundOwner == "" && a.RefundPass == 0 && len(a.DeadPasses) == 0
+	return owner != "" && a.RefundOwner == "" && len(a.DeadPasses) == 0
 }
 
 // readPass reads the counter, again while it shows a pass older than atLeast (passes only rise: a lagging

@@ -449,7 +449,7 @@ func TestRefundPassIsStoredAndFenced(t *testing.T) {
 }
 
 // A counter made anew after its owner started (its bucket lost and created again: no owner, no pass) is
-// adopted by the owner's next refund at the pass it expects; one another buffer owns is not.
+// adopted by the owner's next fence or refund at the pass it expects; one another buffer owns is not.
 func TestACounterMadeAnewIsAdoptedByItsOwner(t *testing.T) {
 	c, js := mesh(t)()
 	ctx := testCtx(t)
@@ -464,8 +464,8 @@ func TestACounterMadeAnewIsAdoptedByItsOwner(t *testing.T) {
 	if err := kv.Purge(ctx, proto.KeyAdmission); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Owned(ctx, "b/1", held.RefundPass); err != nil {
-		t.Fatalf("Owned on the counter made anew: %v, want nil", err)
+	if err := c.Fence(ctx, held.RefundPass, "b/1"); err != nil {
+		t.Fatalf("fence of the counter made anew: %v, want it adopted", err)
 	}
 	if err := c.RefundPass(ctx, 2, held.RefundPass+1, held.RefundPass, "b/1"); err != nil {
 		t.Fatalf("refund on the counter made anew: %v", err)
@@ -474,7 +474,22 @@ func TestACounterMadeAnewIsAdoptedByItsOwner(t *testing.T) {
 		t.Fatalf("counter %+v, want 2 refunded at pass %d, owned by b/1", a, held.RefundPass+1)
 	}
 	var moved *admission.PassMovedError
-	if err := c.Owned(ctx, "c/1", 0); !errors.As(err, &moved) || !moved.Taken {
-		t.Fatalf("Owned by another: %v, want PassMovedError taken", err)
+	if err := c.Fence(ctx, held.RefundPass+1, "c/1"); !errors.As(err, &moved) || !moved.Taken {
+		t.Fatalf("fence by another: %v, want PassMovedError taken", err)
+	}
+	// A counter last written by a service of an older release (which drops the owner and the dead passes
+	// it does not know) is adopted too, at the pass expected.
+	b, err := codec.Marshal(proto.Admission{Schema: proto.SchemaVersion, Started: 9, Refunded: 2, RefundPass: held.RefundPass + 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, proto.KeyAdmission, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RefundPass(ctx, 1, held.RefundPass+2, held.RefundPass+1, "b/1"); err != nil {
+		t.Fatalf("refund on a counter an older release wrote: %v", err)
+	}
+	if a := read(t, c); a.Refunded != 3 || a.RefundOwner != "b/1" || a.Started != 9 {
+		t.Fatalf("counter %+v, want 3 refunded, owned by b/1, the claims kept", a)
 	}
 }
