@@ -92,8 +92,9 @@ func (c *Counter) Refund(ctx context.Context, n int64) error {
 	}
 }
 
-// PassMovedError is RefundPass's or Fence's answer when the counter holds another refund pass than the
-// one expected, or is owned by another buffer (Taken: one that started after the caller).
+// PassMovedError is RefundPass's or Fence's answer when the counter holds a later refund pass than the
+// one expected, or is owned by another buffer (Taken: one that started after the caller). An older pass
+// is a stale read (ErrStaleRead).
 type PassMovedError struct {
 	Expected, Found uint64
 	Taken           bool
@@ -124,6 +125,10 @@ func (c *Counter) RefundPass(ctx context.Context, n int64, pass, expect uint64, 
 func (c *Counter) Fence(ctx context.Context, expect uint64, owner string) error {
 	return c.passUpdate(ctx, expect, owner, func(*proto.Admission) {})
 }
+
+// ErrStaleRead says the counter kept showing a refund pass older than the one expected, over staleReads
+// reads: passes only rise, so it is a lagging replica's answer, and the call may be made again later.
+var ErrStaleRead = errors.New("admission counter read from a lagging replica")
 
 // staleReads bounds how often passUpdate reads again a counter that shows an older pass than expected: a
 // replicated bucket answers reads from any replica (direct get), and one may lag the last write.
@@ -161,7 +166,10 @@ func (c *Counter) passUpdate(ctx context.Context, expect uint64, owner string, c
 			return err
 		}
 		if anew(a, owner) {
-			a.RefundOwner, a.RefundPass = owner, expect
+			a.RefundOwner, a.RefundPass = owner, max(a.RefundPass, expect) // a pass never goes down
+		}
+		if a.RefundPass < expect {
+			return fmt.Errorf("%w: refund pass %d, expected %d", ErrStaleRead, a.RefundPass, expect)
 		}
 		if a.RefundPass != expect || a.RefundOwner != owner {
 			return &PassMovedError{Expected: expect, Found: a.RefundPass, Taken: a.RefundOwner != owner}
@@ -176,8 +184,9 @@ func (c *Counter) passUpdate(ctx context.Context, expect uint64, owner string, c
 // anew reports a counter that no buffer of this release owns (no owner, no dead passes) read by an owner:
 // one created anew since the owner started (its bucket lost and made again), or last written by a service
 // of an older release, which drops the fields it does not know. The owner adopts it at the pass it
-// expects. A stale read of the counter before the owner's start reads so too, but the write made on it
-// then fails its compare-and-set.
+// expects, or the one it holds if that is later (passes never go down: a buffer whose lease lapsed finds
+// a later pass than it expects, and stops). A stale read of the counter before the owner's start reads
+// so too, but the write made on it then fails its compare-and-set.
 func anew(a proto.Admission, owner string) bool {
 	return owner != "" && a.RefundOwner == "" && len(a.DeadPasses) == 0
 }
