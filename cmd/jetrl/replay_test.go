@@ -16,6 +16,8 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -51,20 +53,22 @@ func storeListing(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-// jetrl replay --data prints the stored messages of an embedded run's folder and leaves the folder as it
-// was: no file or directory is created, removed or written.
-func TestReplayDataLeavesTheFolderUnmodified(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "nats")
+// replayServer starts an embedded server storing under dir, with the mesh's streams, and connects to it;
+// both are closed when the test ends (a test may shut the server down before).
+func replayServer(t *testing.T, dir string) (*bus.Embedded, *nats.Conn, jetstream.JetStream, context.Context) {
+	t.Helper()
 	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	nc, err := bus.Connect(ctx, srv.URL(), "jetrl-replay-test", zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(nc.Close)
 	js, err := bus.JetStream(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -72,15 +76,29 @@ func TestReplayDataLeavesTheFolderUnmodified(t *testing.T) {
 	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
 		t.Fatal(err)
 	}
+	return srv, nc, js, ctx
+}
+
+// publishEpisode stores {"i": i} on task's episodes subject.
+func publishEpisode(t *testing.T, ctx context.Context, js jetstream.JetStream, task string, i int) {
+	t.Helper()
+	b, err := msgpack.Marshal(map[string]any{"i": i})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, proto.SubjectEpisodes(task), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jetrl replay --data prints the stored messages of an embedded run's folder and leaves the folder as it
+// was: no file or directory is created, removed or written.
+func TestReplayDataLeavesTheFolderUnmodified(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nats")
+	srv, nc, js, ctx := replayServer(t, dir)
 	const n = 5
 	for i := range n {
-		b, err := msgpack.Marshal(map[string]any{"i": i})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, proto.SubjectEpisodes("alfworld"), b); err != nil {
-			t.Fatal(err)
-		}
+		publishEpisode(t, ctx, js, "alfworld", i)
 	}
 	nc.Close()
 	srv.Shutdown()
@@ -130,23 +148,7 @@ func TestReplayDataLeavesTheFolderUnmodified(t *testing.T) {
 // would otherwise expire them before anything reads them.
 func TestReplayDataKeepsMessagesPastTheAgeLimit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nats")
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	nc, err := bus.Connect(ctx, srv.URL(), "jetrl-replay-test", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js, ctx := replayServer(t, dir)
 	stream, err := js.Stream(ctx, proto.StreamEpisodes)
 	if err != nil {
 		t.Fatal(err)
@@ -163,13 +165,7 @@ func TestReplayDataKeepsMessagesPastTheAgeLimit(t *testing.T) {
 	}
 	const n = 4
 	for i := range n {
-		b, err := msgpack.Marshal(map[string]any{"i": i})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, proto.SubjectEpisodes("alfworld"), b); err != nil {
-			t.Fatal(err)
-		}
+		publishEpisode(t, ctx, js, "alfworld", i)
 	}
 	nc.Close()
 	srv.Shutdown()
@@ -205,33 +201,9 @@ func TestReplayDataKeepsMessagesPastTheAgeLimit(t *testing.T) {
 // jetrl replay of a stream that holds nothing, or nothing of the task asked for, prints nothing, and is no
 // error.
 func TestReplayOfAnEmptyStreamPrintsNothing(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	nc, err := bus.Connect(ctx, srv.URL(), "jetrl-replay-test", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
+	srv, _, js, ctx := replayServer(t, t.TempDir())
 	// The episodes stream holds one of another task: none of the task asked for.
-	b, err := msgpack.Marshal(map[string]any{"i": 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, proto.SubjectEpisodes("webshop"), b); err != nil {
-		t.Fatal(err)
-	}
+	publishEpisode(t, ctx, js, "webshop", 0)
 	for _, stream := range []string{"deadletter", "episodes"} {
 		var out bytes.Buffer
 		c := &replayCmd{Stream: stream, NATS: srv.URL(), Task: map[bool]string{true: "alfworld"}[stream == "episodes"], out: &out}

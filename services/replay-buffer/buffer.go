@@ -1398,14 +1398,6 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, dea
 // buffer before still writing) the record is read again and settled again. ok is false when the record is
 // gone (still so after a few reads: a lagging replica may not have it yet) or no longer decodes (logged).
 func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r proto.GroupRefund, rev, applied uint64, dead []uint64, log zerolog.Logger) (p priorRefund, ok bool, err error) {
-	pause := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-			return nil
-		}
-	}
 	for try := 1; ; try++ {
 		p = priorRefund{given: r.Given(applied, dead), rev: rev}
 		if r.Applied(applied, dead) {
@@ -1423,7 +1415,7 @@ func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r prot
 		}
 		var e jetstream.KeyValueEntry
 		for reads := 1; ; reads++ {
-			if err := pause(); err != nil {
+			if err := retryPause(ctx); err != nil {
 				return p, false, err
 			}
 			e, err = kv.Get(ctx, key)
@@ -1590,6 +1582,16 @@ func (b *Buffer) recordPass(ctx context.Context, counter *admission.Counter, p r
 	return true
 }
 
+// retryPause waits before a refund record is read or written again, or until ctx ends.
+func retryPause(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(20 * time.Millisecond):
+		return nil
+	}
+}
+
 // recordWrites bounds writeRecord's attempts: a read of the record may lag (a replicated bucket answers
 // from any replica), and its revision then conflicts again.
 const recordWrites = 20
@@ -1622,21 +1624,17 @@ func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g 
 			return err
 		}
 		if try > 1 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		if counter != nil {
-			// Ownership proven by a compare-and-set, not a read, which a lagging replica may answer.
-			if err := counter.Fence(ctx, b.applied, b.owner); err != nil {
-				var moved *admission.PassMovedError
-				if errors.As(err, &moved) {
-					b.passMoved = err
-				}
+			if err := retryPause(ctx); err != nil {
 				return err
 			}
+		}
+		// Ownership proven by a compare-and-set, not a read, which a lagging replica may answer.
+		if err := counter.Fence(ctx, b.applied, b.owner); err != nil {
+			var moved *admission.PassMovedError
+			if errors.As(err, &moved) {
+				b.passMoved = err
+			}
+			return err
 		}
 		e, err := b.refundKV.Get(ctx, key)
 		switch {

@@ -152,16 +152,18 @@ func TestRefundPassInDoubtIsResolvedBeforeTheNext(t *testing.T) {
 func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
 	b, _, _, ctx := refundFixture(t)
 	kv := b.refundKV
-	put := func(group string, r proto.GroupRefund) {
+	put := func(group string, r proto.GroupRefund) uint64 {
 		t.Helper()
 		r.Schema = proto.SchemaVersion
 		data, err := codec.Marshal(r, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := kv.Put(ctx, proto.RefundKey(group), data); err != nil {
+		rev, err := kv.Put(ctx, proto.RefundKey(group), data)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return rev
 	}
 	put("old", proto.GroupRefund{Refunded: 2})
 	put("applied", proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 7})
@@ -182,13 +184,8 @@ func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
 
 	// A record read at a revision since written over (here by the buffer before, still writing) is read
 	// again and settled by what it holds now; one since gone is left out.
-	first, err := kv.Put(ctx, proto.RefundKey("moved"), mustMarshal(t, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: 5, Pending: 2, Pass: 8}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, proto.RefundKey("moved"), mustMarshal(t, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: 9, Pending: 4, Pass: 8})); err != nil {
-		t.Fatal(err)
-	}
+	first := put("moved", proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8})
+	put("moved", proto.GroupRefund{Refunded: 9, Pending: 4, Pass: 8})
 	p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, 7, nil, zerolog.Nop())
 	if err != nil || !ok || p.given != 5 {
 		t.Fatalf("settled %+v, %v, %v; want 5 given (9 less the 4 pending of the record written since)", p, ok, err)
@@ -202,15 +199,6 @@ func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
 	if p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, 7, nil, zerolog.Nop()); err != nil || ok {
 		t.Fatalf("settled a record since deleted: %+v, %v, %v; want it left out", p, ok, err)
 	}
-}
-
-func mustMarshal(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := codec.Marshal(v, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // After another buffer starts, the one before it (still running: its lease lapsed unseen) can apply no
