@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -111,11 +112,15 @@ type asyncBenchResult struct {
 	// HeldOutCurve* (with a curve: --heldout-points above 1 and an evaluation) are each mode's held-out
 	// curve's mean over its points after the window's start (area under the learning curve, as a success
 	// rate), mean over the pairs, and the mean and 95% interval of its async-minus-sync paired differences.
-	HeldOutCurveSync     *float64     `json:"heldout_curve_sync,omitempty"`
-	HeldOutCurveAsync    *float64     `json:"heldout_curve_async,omitempty"`
-	HeldOutCurveDiffMean *float64     `json:"heldout_curve_diff_mean,omitempty"`
-	HeldOutCurveDiffCI95 *[2]float64  `json:"heldout_curve_diff_ci95,omitempty"`
-	Pairs                []*asyncPair `json:"pairs"`
+	HeldOutCurveSync     *float64    `json:"heldout_curve_sync,omitempty"`
+	HeldOutCurveAsync    *float64    `json:"heldout_curve_async,omitempty"`
+	HeldOutCurveDiffMean *float64    `json:"heldout_curve_diff_mean,omitempty"`
+	HeldOutCurveDiffCI95 *[2]float64 `json:"heldout_curve_diff_ci95,omitempty"`
+	// HeldOutRuns, when pairs were pooled from two runs or more (--from), compares the runs' async - sync
+	// held-out differences: each run's mean, and whether the runs' means spread more than their pairs' spread
+	// within each run predicts (a run-level cause: a change of code or machine between them).
+	HeldOutRuns *heldOutRuns `json:"heldout_runs,omitempty"`
+	Pairs       []*asyncPair `json:"pairs"`
 	// Sync and Async are the first pair's details.
 	Sync     *trialResult  `json:"sync"`
 	Async    *trialResult  `json:"async"`
@@ -818,6 +823,14 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		len(res.Pairs), pairSeedsString(res.Pairs), res.Speedup, minSpeed, 100*res.TrainerBusyAsync, 100*minBusy,
 		res.MaxStaleness, 100*res.HeldOutSync, 100*res.HeldOutSyncStd, 100*res.HeldOutAsync, 100*res.HeldOutAsyncStd, strings.Join(diffs, ", "),
 		100*res.HeldOutDiffMean, 100*res.HeldOutDiffCI95[0], 100*res.HeldOutDiffCI95[1]) // set with two pairs or more, as here
+	if r := res.HeldOutRuns; r != nil {
+		parts := make([]string, len(r.Runs))
+		for i, run := range r.Runs {
+			parts[i] = fmt.Sprintf("%s %+.1f (%d)", filepath.Base(run.From), 100*run.Mean, run.Pairs)
+		}
+		fmt.Printf("async - sync held-out by run (mean, pairs): %s; between runs F(%d, %d) = %.2f, p = %.2f (a small p: the runs differ by more than chance)\n",
+			strings.Join(parts, ", "), r.DF1, r.DF2, r.F, r.P)
+	}
 	if len(paces) == len(res.Pairs) {
 		fmt.Printf("trainer update per trained turn and epoch, async/sync per pair (the machine's speed between the modes): %s\n", strings.Join(paces, ", "))
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"reflect"
 	"strings"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // poolAsyncResults reads earlier bench async-vs-sync --json outputs and summarises all their pairs as one
@@ -17,6 +19,7 @@ import (
 func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 	var first, out *asyncBenchResult
 	var errs []error
+	var runs []int // pairs per run, in order
 	epochs := map[int]bool{}
 	for _, path := range paths {
 		res, err := readAsyncResult(path)
@@ -40,6 +43,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 		}
 		out.Pairs = append(out.Pairs, res.Pairs...)
 		out.Workload.PooledFrom = append(out.Workload.PooledFrom, path)
+		runs = append(runs, len(res.Pairs))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -50,7 +54,66 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 	if err := out.summarize(); err != nil {
 		return nil, fmt.Errorf("pooling %s: %w", strings.Join(paths, ", "), err)
 	}
+	out.HeldOutRuns = compareRuns(out.Workload.PooledFrom, runs, out.Pairs)
 	return out, nil
+}
+
+// heldOutRuns compares the async - sync held-out differences of pooled runs: a one-way analysis of
+// variance with the runs as groups. F is the spread of the runs' means over what the spread of pairs
+// within each run predicts for it (about 1 when the runs differ by chance alone); P is the chance of an F
+// at least as large if they do (F distribution with DF1 = runs - 1 and DF2 = pairs - runs degrees of
+// freedom). Comparing the runs before a change with those after it, with a t interval of their own, is
+// the test to use when the change is known in advance; this one asks whether any run stands out.
+type heldOutRuns struct {
+	Runs []heldOutRun `json:"runs"`
+	F    float64      `json:"f"`
+	DF1  int          `json:"df1"`
+	DF2  int          `json:"df2"`
+	P    float64      `json:"p"`
+}
+
+// heldOutRun is one pooled run: its file, its pairs, and their mean async - sync held-out difference.
+type heldOutRun struct {
+	From  string  `json:"from"`
+	Pairs int     `json:"pairs"`
+	Mean  float64 `json:"mean"`
+}
+
+// compareRuns is heldOutRuns for pairs pooled from the runs in from, sizes[i] pairs from from[i], in
+// order; nil with fewer than two runs, or with no pair within a run differing from its run's mean (the
+// comparison needs a spread within runs to measure the runs' spread by).
+func compareRuns(from []string, sizes []int, pairs []*asyncPair) *heldOutRuns {
+	if len(from) < 2 || len(from) != len(sizes) {
+		return nil
+	}
+	out := &heldOutRuns{DF1: len(sizes) - 1, DF2: len(pairs) - len(sizes)}
+	var all float64
+	for _, p := range pairs {
+		all += p.HeldOutAsync - p.HeldOutSync
+	}
+	all /= float64(len(pairs))
+	var between, within float64
+	i := 0
+	for r, n := range sizes {
+		run := pairs[i : i+n]
+		i += n
+		var mean float64
+		for _, p := range run {
+			mean += (p.HeldOutAsync - p.HeldOutSync) / float64(n)
+		}
+		for _, p := range run {
+			d := p.HeldOutAsync - p.HeldOutSync - mean
+			within += d * d
+		}
+		between += float64(n) * (mean - all) * (mean - all)
+		out.Runs = append(out.Runs, heldOutRun{From: from[r], Pairs: n, Mean: mean})
+	}
+	if out.DF2 < 1 || within == 0 {
+		return nil
+	}
+	out.F = (between / float64(out.DF1)) / (within / float64(out.DF2))
+	out.P = distuv.F{D1: float64(out.DF1), D2: float64(out.DF2)}.Survival(out.F)
+	return out
 }
 
 // readAsyncResult reads one bench async-vs-sync --json output and checks that it holds whole pairs.

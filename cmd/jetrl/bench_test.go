@@ -317,8 +317,27 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 			pooled.Workload, pooled.Pairs[0].Epochs, pooled.Pairs[1].Epochs, res.Workload.Epochs)
 	}
 	// A seed run twice is two pairs; the summary is over all three.
-	if p3, err := poolAsyncResults([]string{a, b, b}); err != nil || len(p3.Pairs) != 3 || p3.HeldOutDiffCI95 == nil {
-		t.Errorf("pooling a file twice: %v, %+v; want three pairs", err, p3)
+	if p3, err := poolAsyncResults([]string{a, b, b}); err != nil || len(p3.Pairs) != 3 || p3.HeldOutDiffCI95 == nil || p3.HeldOutRuns != nil {
+		t.Errorf("pooling a file twice: %v, %+v; want three pairs, and no comparison of runs of one pair each", err, p3)
+	}
+	// Two runs of the same two pairs (the second pair's async held-out moved, so that they differ within the
+	// run): their means are the run's, and they differ not at all (F 0, p 1).
+	var two asyncBenchResult
+	if b, err := json.Marshal(res); err != nil || json.Unmarshal(b, &two) != nil {
+		t.Fatal("copying the run's result", err)
+	}
+	two.Pairs[1].Async.HeldOutSuccess += 0.1
+	if err := two.summarize(); err != nil {
+		t.Fatal(err)
+	}
+	both := write("both.json", &two)
+	pooledTwo, err := poolAsyncResults([]string{both, both})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := pooledTwo.HeldOutRuns; r == nil || len(r.Runs) != 2 || r.Runs[1].From != both || r.Runs[1].Pairs != 2 || !near(r.Runs[1].Mean, two.HeldOutDiffMean) ||
+		r.DF1 != 1 || r.DF2 != 2 || !near(r.F, 0) || !near(r.P, 1) {
+		t.Errorf("runs compared %+v; want two of 2 pairs at mean %v, F(1, 2) = 0, p = 1", r, two.HeldOutDiffMean)
 	}
 	// Calibrated runs may differ in epochs; the pooled workload then has none, each pair its own.
 	c18 := write("c18.json", one(1, func(r *asyncBenchResult) {
@@ -830,6 +849,38 @@ func TestPairedInterval(t *testing.T) {
 	}
 	if m, _, _ := pairedInterval([]float64{0.1, math.NaN()}); !math.IsNaN(m) {
 		t.Fatalf("a NaN difference gave mean %v", m)
+	}
+}
+
+// Pooled runs are compared by a one-way analysis of variance of their pairs' held-out differences.
+func TestCompareRuns(t *testing.T) {
+	pairs := func(diffs ...float64) []*asyncPair {
+		out := make([]*asyncPair, len(diffs))
+		for i, d := range diffs {
+			out[i] = &asyncPair{HeldOutSync: 0.5, HeldOutAsync: 0.5 + d}
+		}
+		return out
+	}
+	// Means 0.2, 0.1, 0.0 over 2, 2, 3 pairs, grand mean 0.6/7: between-runs sum of squares 0.34/7 on 2
+	// degrees of freedom, within 0.12 on 4, F = 17/21; with 2 numerator degrees of freedom the F
+	// distribution's tail is (1 + 2F/4)^-2.
+	r := compareRuns([]string{"a", "b", "c"}, []int{2, 2, 3}, pairs(0.1, 0.3, 0.0, 0.2, -0.2, 0.0, 0.2))
+	wantF := 17.0 / 21
+	wantP := math.Pow(1+2*wantF/4, -2)
+	if r == nil || r.DF1 != 2 || r.DF2 != 4 || math.Abs(r.F-wantF) > 1e-9 || math.Abs(r.P-wantP) > 1e-9 || len(r.Runs) != 3 ||
+		r.Runs[0].From != "a" || math.Abs(r.Runs[0].Mean-0.2) > 1e-9 || r.Runs[2].Pairs != 3 || math.Abs(r.Runs[2].Mean) > 1e-9 {
+		t.Errorf("compareRuns = %+v; want runs a, b, c at means 0.2, 0.1, 0, F(2, 4) = %v, p = %v", r, wantF, wantP)
+	}
+	// Runs far apart against a small spread within each: p near 0.
+	if r := compareRuns([]string{"a", "b"}, []int{3, 3}, pairs(0.30, 0.31, 0.29, -0.30, -0.31, -0.29)); r == nil || r.P > 1e-6 {
+		t.Errorf("runs 60 points apart, 1 point spread: %+v, want p near 0", r)
+	}
+	// No comparison from one run, or without a spread within runs to measure by.
+	if r := compareRuns([]string{"a"}, []int{3}, pairs(0.1, 0.2, 0.3)); r != nil {
+		t.Errorf("one run compared: %+v", r)
+	}
+	if r := compareRuns([]string{"a", "b"}, []int{2, 2}, pairs(0.1, 0.1, 0.2, 0.2)); r != nil {
+		t.Errorf("runs without a spread within compared: %+v", r)
 	}
 }
 
