@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jetrl/jetrl/proto"
@@ -205,6 +206,10 @@ func TestRolloutHeartbeatValidate(t *testing.T) {
 		{"wrong schema", func(h *proto.RolloutHeartbeat) { h.Schema = 1 }, proto.ErrSchema},
 		{"no rollout id", func(h *proto.RolloutHeartbeat) { h.RolloutID = "" }, proto.ErrMalformed},
 		{"empty group id", func(h *proto.RolloutHeartbeat) { h.Groups = []string{"g1", ""} }, proto.ErrMalformed},
+		{"instance", func(h *proto.RolloutHeartbeat) { h.Instance = "Ab-9_z" }, nil},
+		{"instance with a dot", func(h *proto.RolloutHeartbeat) { h.Instance = "a.b" }, proto.ErrMalformed},
+		{"instance with a wildcard", func(h *proto.RolloutHeartbeat) { h.Instance = ">" }, proto.ErrMalformed},
+		{"instance too long", func(h *proto.RolloutHeartbeat) { h.Instance = strings.Repeat("a", proto.MaxTokenLen+1) }, proto.ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

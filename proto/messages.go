@@ -443,6 +443,10 @@ type RolloutHeartbeat struct {
 	RolloutID string   `msgpack:"rollout_id"`
 	Groups    []string `msgpack:"groups"`
 	SentAt    int64    `msgpack:"sent_at"`
+	// Instance is the replica's run token (a Token, new each time it starts): the key of its last claim
+	// in Admission.Claims, and the last token of the subject of its group start markers (empty from
+	// older releases).
+	Instance string `msgpack:"instance,omitempty"`
 }
 
 // Validate rejects a heartbeat the replay-buffer cannot use.
@@ -454,6 +458,8 @@ func (h *RolloutHeartbeat) Validate() error {
 		return fmt.Errorf("%w: rollout heartbeat needs rollout_id", ErrMalformed)
 	case len(h.Groups) > MaxHeartbeatGroups:
 		return fmt.Errorf("%w: rollout heartbeat of %s lists %d groups, at most %d", ErrMalformed, h.RolloutID, len(h.Groups), MaxHeartbeatGroups)
+	case h.Instance != "" && !Token(h.Instance):
+		return fmt.Errorf("%w: rollout heartbeat of %s has instance %q (letters, digits, '-' and '_', at most %d)", ErrMalformed, h.RolloutID, h.Instance, MaxTokenLen)
 	}
 	for _, g := range h.Groups {
 		if g == "" {
@@ -472,13 +478,38 @@ func (h *RolloutHeartbeat) Validate() error {
 // applied only by the owner), and DeadPasses the passes no buffer may apply any more, one for each start
 // (the pass after the one then applied, which the buffer before may have numbered and recorded but never
 // applied), the last MaxDeadPasses of them. Other writers keep these fields as they are.
+//
+// Claims holds each rollout instance's last claim (by RolloutHeartbeat.Instance), written in the claim's
+// compare-and-set: a replica killed after its claim and before its group's start marker leaves a trace of
+// the admissions it took, which the replay-buffer finds once the instance has gone silent, and for which
+// it publishes the marker itself (the marker's subject, SubjectGroupStartOf(instance), tells whether the
+// replica did). An instance that stops cleanly removes its claim; the replay-buffer removes those of
+// instances gone silent once their marker is out.
 type Admission struct {
-	Schema      int      `msgpack:"schema"`
-	Started     int64    `msgpack:"started"`
-	Refunded    int64    `msgpack:"refunded"`
-	RefundPass  uint64   `msgpack:"refund_pass,omitempty"`
-	RefundOwner string   `msgpack:"refund_owner,omitempty"`
-	DeadPasses  []uint64 `msgpack:"dead_passes,omitempty"`
+	Schema      int                       `msgpack:"schema"`
+	Started     int64                     `msgpack:"started"`
+	Refunded    int64                     `msgpack:"refunded"`
+	RefundPass  uint64                    `msgpack:"refund_pass,omitempty"`
+	RefundOwner string                    `msgpack:"refund_owner,omitempty"`
+	DeadPasses  []uint64                  `msgpack:"dead_passes,omitempty"`
+	Claims      map[string]AdmissionClaim `msgpack:"claims,omitempty"`
+}
+
+// AdmissionClaim is a rollout instance's last claim (Admission.Claims): the group it admitted, and what its
+// start marker says.
+type AdmissionClaim struct {
+	GroupID      string `msgpack:"group_id"`
+	Task         string `msgpack:"task,omitempty"`
+	GroupSize    int    `msgpack:"group_size"`
+	StartVersion int64  `msgpack:"start_version"`
+	RolloutID    string `msgpack:"rollout_id"`
+	ClaimedAt    int64  `msgpack:"claimed_at"`
+}
+
+// Start is the start marker of the claim's group.
+func (c AdmissionClaim) Start() GroupStart {
+	return GroupStart{Schema: SchemaVersion, GroupID: c.GroupID, Task: c.Task, GroupSize: c.GroupSize, StartVersion: c.StartVersion,
+		RolloutID: c.RolloutID, StartedAt: c.ClaimedAt}
 }
 
 // MaxDeadPasses bounds Admission.DeadPasses: a buffer's last record would have to reach the server after

@@ -50,6 +50,8 @@ const (
 	SubjectEpisodesAll    = "jetrl.episodes.>"
 	// SubjectGroupStart carries a GroupStart per admitted group, published by the rollout before its
 	// episodes start, so the replay-buffer can account for a group whose rollout died before publishing.
+	// A rollout publishes its markers under SubjectGroupStartOf(its instance), where the last one it
+	// published can be looked up (Admission.Claims); older releases published on SubjectGroupStart itself.
 	StreamGroups      = "JETRL_GROUPS"
 	SubjectGroupStart = "jetrl.groups.start"
 	// SubjectBatches carries groups assembled by the replay-buffer.
@@ -98,6 +100,26 @@ const SubjectRolloutHeartbeat = "jetrl.rollout.heartbeat"
 
 // SubjectStatus is the status endpoint of one service (request/reply, JSON reply).
 func SubjectStatus(service string) string { return "jetrl.status." + service }
+
+// SubjectGroupStartOf is where the rollout instance instance (a Token) publishes its group start markers.
+func SubjectGroupStartOf(instance string) string { return SubjectGroupStart + "." + instance }
+
+// MaxTokenLen bounds a Token.
+const MaxTokenLen = 64
+
+// Token reports whether s can stand as one token of a subject: letters, digits, '-' and '_', at most
+// MaxTokenLen of them.
+func Token(s string) bool {
+	if s == "" || len(s) > MaxTokenLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
 
 // KV buckets and Object Store buckets.
 const (
@@ -175,7 +197,7 @@ type StreamSpec struct {
 // Streams lists every stream; shared/bus creates them idempotently.
 var Streams = []StreamSpec{
 	{Name: StreamEpisodes, Subjects: []string{SubjectEpisodesAll}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},
-	{Name: StreamGroups, Subjects: []string{SubjectGroupStart}, MaxBytes: StreamMaxBytes / 16, MaxAge: StreamMaxAge, MaxMsg: 4096},
+	{Name: StreamGroups, Subjects: []string{SubjectGroupStart, SubjectGroupStart + ".>"}, MaxBytes: StreamMaxBytes / 16, MaxAge: StreamMaxAge, MaxMsg: 4096},
 	{Name: StreamBatches, Subjects: []string{SubjectBatches}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamTrain, Subjects: []string{SubjectTrain}, MaxBytes: StreamMaxBytes, MaxAge: StreamMaxAge, MaxMsg: MaxBatchBytes},
 	{Name: StreamEvents, Subjects: []string{SubjectEventsAll}, MaxBytes: StreamMaxBytes / 4, MaxAge: StreamMaxAge, MaxMsg: MaxEpisodeBytes},

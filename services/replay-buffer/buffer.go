@@ -204,8 +204,12 @@ type group struct {
 	// are missing, masked or stale); settle gives back the rest.
 	refunded int
 	// recordRev is the revision of the group's refund record as this buffer last wrote or read it (0: none
-	// known), the next write's compare-and-set.
+	// known), the next write's compare-and-set; record is what it held then, and recordAt when this buffer
+	// wrote it (zero when it was read: its age is not known), so that it is written again before the
+	// bucket's TTL expires it while the group is held (refreshRecords).
 	recordRev uint64
+	record    proto.GroupRefund
+	recordAt  time.Time
 	// cut says the group was taken while members still played, at its last chance (Config.Cut).
 	cut bool
 }
@@ -277,8 +281,14 @@ type Buffer struct {
 	mu    sync.Mutex
 	stats Stats
 
+	// heardSince is when this buffer last began to hear heartbeats: when it took the lease, or its
+	// connection last came back (reconnects counts the comebacks); claimsAt is when it last looked at the
+	// rollout instances' claims (recoverClaims).
+	heardSince, claimsAt time.Time
+	reconnects           uint64
+
 	episodes, dropped                       *prometheus.CounterVec
-	batches                                 prometheus.Counter
+	batches, claimsAnnounced                prometheus.Counter
 	orphanedGroups, badHeartbeats, silences prometheus.Counter
 	closeErrors, refundErrors               prometheus.Counter
 	staleness                               prometheus.Histogram
@@ -307,7 +317,9 @@ type Stats struct {
 	RefundsRecovered      int64 `json:"refunds_recovered"`
 	RefundRecordErrors    int64 `json:"refund_record_errors"`
 	RefundRecordConflicts int64 `json:"refund_record_conflicts"`
-	Missing               int64 `json:"missing_timeout"`
+	// RefundRecordsRefreshed counts the records of held groups written again before their TTL.
+	RefundRecordsRefreshed int64 `json:"refund_records_refreshed"`
+	Missing                int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
 	Cut int64 `json:"cut_playing"`
 	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
@@ -325,9 +337,14 @@ type Stats struct {
 	Silences int64 `json:"replica_silences"`
 	// BadHeartbeats counts rollout heartbeats that could not be decoded or validated (ignored).
 	BadHeartbeats int64 `json:"malformed_heartbeats"`
-	DeadLettered  int64 `json:"dead_lettered"`
-	MaxStaleness  int64 `json:"max_staleness"`
-	PendingGroups int   `json:"pending_groups"`
+	// ClaimsAnnounced counts the start markers this buffer published for rollout instances that went
+	// silent between an admission claim and its marker (see recoverClaims); ClaimsRemoved the last claims
+	// of silent instances it removed (their groups announced).
+	ClaimsAnnounced int64 `json:"claims_announced"`
+	ClaimsRemoved   int64 `json:"claims_removed"`
+	DeadLettered    int64 `json:"dead_lettered"`
+	MaxStaleness    int64 `json:"max_staleness"`
+	PendingGroups   int   `json:"pending_groups"`
 	// Standby is the id of the replay-buffer whose lease this one waits for (empty once it holds it).
 	Standby string `json:"standby_behind,omitempty"`
 	// DroppedStaleByTask splits DroppedStale and Baseline by task family, and BatchedByTask splits Batched. Next to each
@@ -404,8 +421,9 @@ func New(cfg Config, deps Deps) (*Buffer, error) {
 	b.refundErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_refund_errors_total", Help: "Failed refunds of admissions to the staleness gate (each is retried until it succeeds)."})
 	b.closeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_closed_mark_errors_total", Help: "Failed writes of the admission closed mark (rollouts then stop stale episodes only at the next version)."})
 	b.badHeartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_heartbeats_malformed_total", Help: "Rollout heartbeats that could not be decoded or validated."})
+	b.claimsAnnounced = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrl_replay_claims_announced_total", Help: "Group start markers published for rollout instances that went silent between an admission claim and its marker."})
 	if deps.Metrics != nil {
-		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences, b.closeErrors, b.refundErrors} {
+		for _, c := range []prometheus.Collector{b.episodes, b.dropped, b.batches, b.staleness, b.pending, b.orphanedGroups, b.badHeartbeats, b.silences, b.closeErrors, b.refundErrors, b.claimsAnnounced} {
 			if err := deps.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("replay-buffer metrics: %w", err)
 			}
@@ -517,8 +535,9 @@ func (b *Buffer) Run(ctx context.Context) error {
 		}
 	}()
 
+	// Every subject of the stream: each rollout instance's, and the one older releases publish on.
 	starts, err := js.CreateOrUpdateConsumer(ctx, proto.StreamGroups,
-		bus.ConsumerConfig(proto.ConsumerReplayBufferGroups, proto.SubjectGroupStart, 1<<15, ackWait))
+		bus.ConsumerConfig(proto.ConsumerReplayBufferGroups, "", 1<<15, ackWait))
 	if err != nil {
 		return fmt.Errorf("replay-buffer group-start consumer: %w", err)
 	}
@@ -554,6 +573,10 @@ func (b *Buffer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replay-buffer: %w", err)
 	}
+	groupStarts, err := js.Stream(ctx, proto.StreamGroups)
+	if err != nil {
+		return fmt.Errorf("replay-buffer: %w", err)
+	}
 	lastSeq := func() (uint64, error) {
 		ictx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -564,6 +587,7 @@ func (b *Buffer) Run(ctx context.Context) error {
 		return info.State.LastSeq, nil
 	}
 
+	b.heardSince, b.claimsAt, b.reconnects = time.Now(), time.Now(), b.deps.Conn.Stats().Reconnects
 	b.running.Store(true)
 	defer b.running.Store(false)
 	log.Info().Int("batch", b.cfg.BatchSize).Int("eta", b.cfg.Eta).Int("max_queued", b.cfg.MaxQueued).Msg("replay-buffer started")
@@ -625,8 +649,18 @@ func (b *Buffer) Run(ctx context.Context) error {
 		// and by then: another buffer cannot take it over before. While it is not, the renewals say why.
 		// Nothing is tried while the connection is down either: it keeps nothing to send later, so each
 		// write would fail at once.
+		if n := b.deps.Conn.Stats().Reconnects; n != b.reconnects || !b.deps.Conn.IsConnected() {
+			b.reconnects, b.heardSince = n, time.Now() // heartbeats sent meanwhile were not heard
+		}
 		if ls.hold() != nil || !b.deps.Conn.IsConnected() {
 			continue
+		}
+		if now := time.Now(); now.Sub(b.claimsAt) >= b.cfg.claimsEvery() {
+			b.claimsAt = now
+			wctx, endWrites := context.WithDeadline(ctx, ls.writeBy())
+			b.recoverClaims(wctx, js, counter, groupStarts, now, log)
+			b.refreshRecords(wctx, counter, now)
+			endWrites()
 		}
 		if b.releaseDue() || len(b.unsettled) > 0 {
 			wctx, endWrites := context.WithDeadline(ctx, ls.writeBy())
@@ -986,10 +1020,11 @@ func (b *Buffer) heartbeat(m *nats.Msg, now time.Time, log zerolog.Logger) {
 // liveness is what rollout heartbeats said: when each replica last beat, and when each group was last
 // listed. The heartbeat subscription writes it; the run loop reads it.
 type liveness struct {
-	mu     sync.Mutex
-	beats  map[string]time.Time // rollout replica id -> its last heartbeat
-	listed map[string]time.Time // group id -> the last heartbeat that listed it
-	quiet  map[string]bool      // replicas counted silent and not heard since
+	mu        sync.Mutex
+	beats     map[string]time.Time // rollout replica id -> its last heartbeat
+	listed    map[string]time.Time // group id -> the last heartbeat that listed it
+	quiet     map[string]bool      // replicas counted silent and not heard since
+	instances map[string]time.Time // rollout instance (RolloutHeartbeat.Instance) -> its last heartbeat
 }
 
 // beat records a heartbeat; when its replica had been counted silent, it says for how long it was.
@@ -997,7 +1032,10 @@ func (l *liveness) beat(hb proto.RolloutHeartbeat, now time.Time) (silent time.D
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.beats == nil {
-		l.beats, l.listed, l.quiet = map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}
+		l.beats, l.listed, l.quiet, l.instances = map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}, map[string]time.Time{}
+	}
+	if hb.Instance != "" {
+		l.instances[hb.Instance] = now
 	}
 	if l.quiet[hb.RolloutID] {
 		delete(l.quiet, hb.RolloutID)
@@ -1042,12 +1080,33 @@ func (l *liveness) lastListed(rollout, id string) (last, beat time.Time, heard b
 	return last, beat, true
 }
 
-// prune forgets groups not listed for longer than groups, and replicas silent for longer than replicas.
+// silentFor reports whether rollout instance has gone without a heartbeat for longer than after, counted
+// from since (when the buffer last began to hear heartbeats) if it was not heard after that.
+func (l *liveness) silentFor(instance string, now, since time.Time, after time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last := since
+	if t, ok := l.instances[instance]; ok && t.After(since) {
+		last = t
+	}
+	return now.Sub(last) > after
+}
+
+// pruneInstances forgets the instances silent for longer than after.
+func (l *liveness) pruneInstances(now time.Time, after time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps.DeleteFunc(l.instances, func(_ string, t time.Time) bool { return now.Sub(t) > after })
+}
+
+// prune forgets groups not listed for longer than groups, and replicas and instances silent for longer than
+// replicas.
 func (l *liveness) prune(now time.Time, groups, replicas time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	maps.DeleteFunc(l.listed, func(_ string, t time.Time) bool { return now.Sub(t) > groups })
 	maps.DeleteFunc(l.beats, func(_ string, t time.Time) bool { return now.Sub(t) > replicas })
+	maps.DeleteFunc(l.instances, func(_ string, t time.Time) bool { return now.Sub(t) > replicas })
 	maps.DeleteFunc(l.quiet, func(id string, _ bool) bool { _, ok := l.beats[id]; return !ok })
 }
 
@@ -1450,6 +1509,7 @@ func (b *Buffer) recoverRefund(g *group) {
 	}
 	delete(b.prior, k)
 	g.refunded, g.recordRev = min(n.given, g.size), n.rev
+	g.record = proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: n.given} // what it reads as
 	b.count(func(s *Stats) { s.RefundsRecovered += int64(g.refunded) })
 }
 
@@ -1617,7 +1677,7 @@ func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g 
 			rev, err = b.refundKV.Update(ctx, key, data, g.recordRev)
 		}
 		if err == nil {
-			g.recordRev = rev
+			g.recordRev, g.record, g.recordAt = rev, r, time.Now()
 			return nil
 		}
 		if !admission.IsConflict(err) || try == recordWrites {

@@ -19,6 +19,12 @@ type beater struct {
 
 func (m *mesh) beat(t *testing.T, rollout string, groups ...string) *beater {
 	t.Helper()
+	return m.beatAs(t, rollout, "", groups...)
+}
+
+// beatAs is beat with the heartbeats naming the replica's run (RolloutHeartbeat.Instance).
+func (m *mesh) beatAs(t *testing.T, rollout, instance string, groups ...string) *beater {
+	t.Helper()
 	nc := m.conn(t)
 	b := &beater{groups: groups}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -29,7 +35,7 @@ func (m *mesh) beat(t *testing.T, rollout string, groups ...string) *beater {
 		defer tick.Stop()
 		for {
 			b.mu.Lock()
-			hb := proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: rollout, Groups: b.groups, SentAt: time.Now().UnixNano()}
+			hb := proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: rollout, Groups: b.groups, SentAt: time.Now().UnixNano(), Instance: instance}
 			b.mu.Unlock()
 			if err := nc.Publish(proto.SubjectRolloutHeartbeat, mustMarshal(t, hb)); err != nil {
 				t.Errorf("heartbeat: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/admission"
 )
 
@@ -53,6 +54,14 @@ func (g *StalenessGate) Limit(v, consumed int64) int64 {
 // admitted under. When the claim's write failed in a way the server may still have applied
 // (admission.ErrClaimUncertain), it returns that error with the version the claim was for.
 func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
+	_, v, err := g.AdmitAs(ctx, n, "", proto.AdmissionClaim{})
+	return v, err
+}
+
+// AdmitAs is Admit that stores claim as rollout instance instance's last claim (proto.Admission.Claims) in
+// the claim's write, with the version it is for as its StartVersion and the time of the write as its
+// ClaimedAt; it returns the claim as written (or tried, with ErrClaimUncertain).
+func (g *StalenessGate) AdmitAs(ctx context.Context, n int64, instance string, claim proto.AdmissionClaim) (proto.AdmissionClaim, int64, error) {
 	backoff := time.Millisecond
 	for {
 		var changed <-chan struct{} // taken before the version is read, so no change is missed
@@ -65,21 +74,22 @@ func (g *StalenessGate) Admit(ctx context.Context, n int64) (int64, error) {
 				consumed = g.consumed()
 			}
 			if err := ctx.Err(); err != nil {
-				return 0, err
+				return claim, 0, err
 			}
-			ok, err := g.claim(ctx, n, g.Limit(v, consumed))
+			claim.StartVersion, claim.ClaimedAt = v, time.Now().UnixNano()
+			ok, err := g.claim(ctx, n, g.Limit(v, consumed), instance, claim)
 			if err != nil {
-				return v, err
+				return claim, v, err
 			}
 			if ok {
-				return v, nil
+				return claim, v, nil
 			}
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, ctx.Err()
+			return claim, 0, ctx.Err()
 		case <-changed:
 			t.Stop()
 			backoff = time.Millisecond
@@ -97,8 +107,8 @@ const claimTimeout = 10 * time.Second
 // the caller was told the context ended would admit episodes that are never played, published or
 // refunded, and hold their room for good. Once begun, a claim finishes (or fails on its own timeout), and
 // the caller plays what it was admitted.
-func (g *StalenessGate) claim(ctx context.Context, n, limit int64) (bool, error) {
+func (g *StalenessGate) claim(ctx context.Context, n, limit int64, instance string, claim proto.AdmissionClaim) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	return g.counter.TryClaim(cctx, n, limit)
+	return g.counter.TryClaimAs(cctx, n, limit, instance, claim)
 }

@@ -69,9 +69,15 @@ func TestHeartbeatListsTheGroupsInPlay(t *testing.T) {
 		return len(b) > 0 && len(b[len(b)-1].Groups) == 0
 	})
 	bothListed := false
-	for _, hb := range snapshot() {
+	got := snapshot()
+	claims := m.admitted(t).Claims
+	for _, hb := range got {
 		if hb.RolloutID != "r-beat" {
 			t.Fatalf("heartbeat of %q, want r-beat", hb.RolloutID)
+		}
+		// Every heartbeat of the run names it, as its claims do.
+		if _, ok := claims[hb.Instance]; !ok || hb.Instance != got[0].Instance {
+			t.Fatalf("heartbeat of instance %q: want the run's one instance, under which the counter keeps its claim", hb.Instance)
 		}
 		for _, g := range hb.Groups {
 			if !groups[g] {

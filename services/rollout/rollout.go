@@ -337,12 +337,29 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}
 	defer func() { _ = svc.Stop() }()
 
+	// This run's token: its heartbeats carry it, its claims are kept under it, its markers published
+	// under it. Once the run's last group has played, its claim is removed, if its marker is out (else the
+	// replay-buffer publishes it once this replica is silent: its members may not all have been).
+	instance := nuid.Next()
+	announced := true // the last marker this run tried to publish went out (true before any)
+	defer func() {
+		if !announced {
+			log.Warn().Msg("last admission claim left for the replay-buffer: its group's start marker was not published")
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := counter.DropClaim(dctx, instance, nil); err != nil {
+			log.Warn().Err(err).Msg("last admission claim not removed; the replay-buffer removes it once this replica is silent")
+		}
+	}()
+
 	// The heartbeat goes on while episodes drain, and stops when Run returns.
 	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	beatDone := make(chan struct{})
 	go func() {
 		defer close(beatDone)
-		r.heartbeat(beatCtx, log)
+		r.heartbeat(beatCtx, instance, log)
 	}()
 	defer func() { stopBeat(); <-beatDone }()
 
@@ -419,16 +436,19 @@ func (r *Rollout) Run(ctx context.Context) error {
 			break
 		}
 		t0 := time.Now()
-		v, err := gate.Admit(admitCtx, int64(r.cfg.GroupSize))
+		// The claim names its group (the counter keeps this instance's last claim): if this replica dies
+		// before the group's start marker is out, the replay-buffer publishes it in its stead.
+		task, groupID := schedule.Next(), nuid.Next()
+		claim, v, err := gate.AdmitAs(admitCtx, int64(r.cfg.GroupSize), instance,
+			proto.AdmissionClaim{GroupID: groupID, Task: task, GroupSize: r.cfg.GroupSize, RolloutID: r.cfg.ID})
 		if err != nil {
 			release(slots, r.cfg.GroupSize)
 			if errors.Is(err, admission.ErrClaimUncertain) {
-				// The claim may have landed without its reply: a group that will never play is announced
-				// for it, so the replay-buffer times it out and gives back what it may hold (if the claim
-				// did not land, that gives back more than was taken, which the trainer's own staleness
-				// check absorbs; holding the room for good would narrow the gate instead).
-				r.announce(ctx, js, proto.GroupStart{Schema: proto.SchemaVersion, GroupID: nuid.Next(), Task: schedule.Next(),
-					GroupSize: r.cfg.GroupSize, StartVersion: v, RolloutID: r.cfg.ID, StartedAt: time.Now().UnixNano()}, log)
+				// The claim may have landed without its reply: its group is announced and will not play, so
+				// the replay-buffer times it out and gives back what it may hold (if the claim did not land,
+				// that gives back more than was taken, which the trainer's own staleness check absorbs;
+				// holding the room for good would narrow the gate instead).
+				announced = r.announce(ctx, js, instance, claim.Start(), log)
 				log.Error().Err(err).Int64("version", v).Msg("admission claim uncertain: announced a group that will not play, so its admissions come back")
 			}
 			if admitCtx.Err() == nil {
@@ -437,12 +457,11 @@ func (r *Rollout) Run(ctx context.Context) error {
 			break
 		}
 		r.gateWait.Observe(time.Since(t0).Seconds())
-		task := schedule.Next()
-		groupID := nuid.Next()
 		seed := rng.Uint64()
 		r.opened(groupID)
-		r.announce(ctx, js, proto.GroupStart{Schema: proto.SchemaVersion, GroupID: groupID, Task: task, GroupSize: r.cfg.GroupSize,
-			StartVersion: v, RolloutID: r.cfg.ID, StartedAt: time.Now().UnixNano()}, log)
+		start := claim.Start()
+		start.StartedAt = time.Now().UnixNano()
+		announced = r.announce(ctx, js, instance, start, log)
 		outcome := &groupOutcome{task: task, left: r.cfg.GroupSize, schedule: schedule, done: func() { r.closed(groupID) }}
 		var expired func() bool
 		if r.cfg.StopStale {
@@ -549,17 +568,18 @@ func (r *Rollout) publish(ctx context.Context, js jetstream.JetStream, ep proto.
 // announce publishes a group's start marker, so that the replay-buffer accounts for the group's admissions
 // even if this replica dies before publishing its episodes. The marker is insurance, not a condition: when
 // NATS refuses it a few times the group plays anyway (counted and logged).
-func (r *Rollout) announce(ctx context.Context, js jetstream.JetStream, start proto.GroupStart, log zerolog.Logger) {
+// It reports whether the marker was published.
+func (r *Rollout) announce(ctx context.Context, js jetstream.JetStream, instance string, start proto.GroupStart, log zerolog.Logger) bool {
 	data, err := codec.Marshal(start, 0)
 	for attempt := 0; err == nil && attempt < 3; attempt++ {
 		if attempt > 0 {
 			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, perr := bus.PublishOnce(pctx, js, proto.SubjectGroupStart, "start-"+start.GroupID, data)
+		_, perr := bus.PublishGroupStart(pctx, js, instance, start.GroupID, data)
 		cancel()
 		if perr == nil {
-			return
+			return true
 		}
 		if attempt == 2 {
 			err = perr
@@ -567,6 +587,7 @@ func (r *Rollout) announce(ctx context.Context, js jetstream.JetStream, start pr
 	}
 	r.startsUnannounced.Inc()
 	log.Warn().Err(err).Str("group", start.GroupID).Msg("group start marker not published; the group plays on")
+	return false
 }
 
 // opened and closed keep the heartbeat's list of open groups: a group is open from its admission until
@@ -587,7 +608,7 @@ func (r *Rollout) closed(groupID string) {
 }
 
 // heartbeat publishes the open groups every HeartbeatEvery (at once, then on each tick) until ctx ends.
-func (r *Rollout) heartbeat(ctx context.Context, log zerolog.Logger) {
+func (r *Rollout) heartbeat(ctx context.Context, instance string, log zerolog.Logger) {
 	tick := time.NewTicker(r.cfg.HeartbeatEvery)
 	defer tick.Stop()
 	for {
@@ -596,7 +617,7 @@ func (r *Rollout) heartbeat(ctx context.Context, log zerolog.Logger) {
 		r.open.Unlock()
 		for part := 0; part == 0 || len(ids) > 0; part++ {
 			n := min(len(ids), proto.MaxHeartbeatGroups)
-			hb := proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: r.cfg.ID, Groups: ids[:n], SentAt: time.Now().UnixNano()}
+			hb := proto.RolloutHeartbeat{Schema: proto.SchemaVersion, RolloutID: r.cfg.ID, Groups: ids[:n], SentAt: time.Now().UnixNano(), Instance: instance}
 			ids = ids[n:]
 			data, err := codec.Marshal(hb, 0)
 			if err == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jetrl/jetrl/services/env"
 	"github.com/jetrl/jetrl/services/env/task/alfworld"
 	"github.com/jetrl/jetrl/services/rollout"
+	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -41,6 +42,29 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 	}
 	if n := m.msgs(t, proto.StreamGroups); n != 2 {
 		t.Fatalf("%d group start markers for two admitted groups of 4, want 2", n)
+	}
+	// The counter keeps this run's last claim, under its instance, and the last marker on the instance's
+	// subject is that claim's group: what the replay-buffer checks once a replica has gone silent.
+	a := m.admitted(t)
+	if len(a.Claims) != 1 {
+		t.Fatalf("claims %+v, want the replica's last", a.Claims)
+	}
+	for instance, c := range a.Claims {
+		if !proto.Token(instance) || c.GroupSize != 4 || c.StartVersion != 0 || c.Task != alfworld.Name || c.RolloutID == "" {
+			t.Fatalf("claim %s: %+v, want a group of 4 at version 0 naming its replica", instance, c)
+		}
+		groups, err := m.js.Stream(testCtx(t), proto.StreamGroups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := groups.GetLastMsgForSubject(testCtx(t), proto.SubjectGroupStartOf(instance))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gs proto.GroupStart
+		if err := codec.Unmarshal(msg.Data, &gs); err != nil || gs.GroupID != c.GroupID || gs.StartVersion != 0 || gs.GroupSize != 4 {
+			t.Fatalf("last marker of the instance %+v (%v), want the claim's group %s", gs, err, c.GroupID)
+		}
 	}
 	m.publishModel(t, newModel(t, 2), 1, "")
 	eventually(t, 20*time.Second, "16 episodes after version 1", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 16 })
@@ -126,6 +150,10 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 	stop()
 	if r.Running() {
 		t.Fatal("still running after Run returned")
+	}
+	// A replica that stops cleanly takes its last claim away with it.
+	if a := m.admitted(t); len(a.Claims) != 0 {
+		t.Fatalf("claims %+v after the replica stopped, want none", a.Claims)
 	}
 }
 

@@ -61,6 +61,15 @@ var ErrClaimUncertain = errors.New("admission claim may have been applied")
 // ok is false when the limit does not allow it; a lost race with another writer is retried here. An
 // error from the write itself wraps ErrClaimUncertain.
 func (c *Counter) TryClaim(ctx context.Context, n, limit int64) (ok bool, err error) {
+	return c.TryClaimAs(ctx, n, limit, "", proto.AdmissionClaim{})
+}
+
+// TryClaimAs is TryClaim that also stores claim as rollout instance instance's last claim
+// (proto.Admission.Claims) in the same write; with an empty instance it stores nothing.
+func (c *Counter) TryClaimAs(ctx context.Context, n, limit int64, instance string, claim proto.AdmissionClaim) (ok bool, err error) {
+	if instance != "" && !proto.Token(instance) {
+		return false, fmt.Errorf("admission claim: instance %q is not a subject token", instance)
+	}
 	for {
 		a, rev, err := c.Read(ctx)
 		if err != nil {
@@ -70,10 +79,37 @@ func (c *Counter) TryClaim(ctx context.Context, n, limit int64) (ok bool, err er
 			return false, nil
 		}
 		a.Started += n
+		if instance != "" {
+			if a.Claims == nil {
+				a.Claims = map[string]proto.AdmissionClaim{}
+			}
+			a.Claims[instance] = claim
+		}
 		if err := c.write(ctx, a, rev); err == nil {
 			return true, nil
 		} else if !isConflict(err) {
 			return false, fmt.Errorf("%w: %w", ErrClaimUncertain, err)
+		}
+	}
+}
+
+// DropClaim removes instance's last claim (proto.Admission.Claims) if it is still *claim (whatever it is
+// when claim is nil); it reports whether one was removed.
+func (c *Counter) DropClaim(ctx context.Context, instance string, claim *proto.AdmissionClaim) (bool, error) {
+	for {
+		a, rev, err := c.Read(ctx)
+		if err != nil {
+			return false, err
+		}
+		cl, ok := a.Claims[instance]
+		if !ok || claim != nil && cl != *claim {
+			return false, nil
+		}
+		delete(a.Claims, instance)
+		if err := c.write(ctx, a, rev); err == nil {
+			return true, nil
+		} else if !isConflict(err) {
+			return false, err
 		}
 	}
 }

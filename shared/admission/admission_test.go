@@ -498,3 +498,66 @@ func TestACounterMadeAnewIsAdoptedByItsOwner(t *testing.T) {
 		t.Fatalf("counter %+v, want 3 refunded at pass %d, owned by b/1, the claims kept", a, held.RefundPass+2)
 	}
 }
+
+// A claim made as a rollout instance stores it as that instance's last claim in the claim's own write;
+// every other write keeps the claims; DropClaim removes an instance's claim only if it is of the group
+// named (or of any group when none is).
+func TestClaimsAreKeptByInstanceUntilDropped(t *testing.T) {
+	c, _ := mesh(t)()
+	ctx := testCtx(t)
+	claim := func(instance, group string, limit int64) bool {
+		t.Helper()
+		ok, err := c.TryClaimAs(ctx, 2, limit, instance, proto.AdmissionClaim{GroupID: group, GroupSize: 2, RolloutID: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !claim("i1", "g1", 10) || !claim("i2", "g2", 10) || !claim("i1", "g3", 10) {
+		t.Fatal("claims under the limit refused")
+	}
+	if claim("i2", "g4", 6) {
+		t.Fatal("a claim over the limit admitted")
+	}
+	a := read(t, c)
+	if a.Started != 6 || len(a.Claims) != 2 || a.Claims["i1"].GroupID != "g3" || a.Claims["i2"].GroupID != "g2" {
+		t.Fatalf("counter %+v: want 6 started, i1's last claim g3, i2's g2 (the refused claim stores nothing)", a)
+	}
+	// Refunds, passes and fences keep them.
+	if err := c.Refund(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FenceHeld(ctx, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RefundPass(ctx, 1, 2, 1, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.TryClaim(ctx, 1, 100); err != nil || !ok {
+		t.Fatalf("a claim without an instance: %v, %v", ok, err)
+	}
+	if a := read(t, c); len(a.Claims) != 2 || a.Claims["i1"].GroupID != "g3" || a.Refunded != 2 || a.Started != 7 {
+		t.Fatalf("counter %+v after refunds, a fence and a claim without an instance: want both claims kept", a)
+	}
+	g1, g3 := a.Claims["i1"], a.Claims["i1"]
+	g1.GroupID = "g1"
+	for _, tc := range []struct {
+		instance string
+		claim    *proto.AdmissionClaim
+		removed  bool
+		left     int
+	}{
+		{"i1", &g1, false, 2}, // an earlier claim of i1: its last is g3
+		{"i9", nil, false, 2}, // no claim
+		{"i1", &g3, true, 1},
+		{"i2", nil, true, 0}, // whatever it is
+	} {
+		removed, err := c.DropClaim(ctx, tc.instance, tc.claim)
+		if a := read(t, c); err != nil || removed != tc.removed || len(a.Claims) != tc.left {
+			t.Errorf("DropClaim(%s, %+v) = %v, %v, claims left %v; want %v, %d left", tc.instance, tc.claim, removed, err, a.Claims, tc.removed, tc.left)
+		}
+	}
+	if _, err := c.TryClaimAs(ctx, 1, 100, "a.b", proto.AdmissionClaim{GroupID: "g"}); err == nil {
+		t.Error("a claim under an instance that is not a subject token was stored")
+	}
+}

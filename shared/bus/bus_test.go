@@ -276,6 +276,43 @@ func TestPublishOnceDeduplicates(t *testing.T) {
 	}
 }
 
+// A group start marker goes to its instance's subject; when a service of an older release has set the
+// groups stream back to the one subject it knows, the marker's subject is added back and the marker
+// stored there all the same.
+func TestPublishGroupStartRestoresTheInstanceSubjects(t *testing.T) {
+	ctx := testCtx(t)
+	_, js := connect(t, server(t))
+	if err := bus.EnsureTopology(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, proto.StreamGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Subjects = []string{proto.SubjectGroupStart}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishOnce(ctx, js, proto.SubjectGroupStartOf("i1"), "x", []byte("x")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("publish on an instance subject the stream lacks: %v, want ErrNoStreamResponse", err)
+	}
+	for i, want := range []bool{false, true} {
+		ack, err := bus.PublishGroupStart(ctx, js, "i1", "g1", []byte("marker"))
+		if err != nil || ack.Duplicate != want {
+			t.Fatalf("publish %d: %+v, %v; want stored, duplicate %v", i, ack, err, want)
+		}
+	}
+	m, err := st.GetLastMsgForSubject(ctx, proto.SubjectGroupStartOf("i1"))
+	if err != nil || string(m.Data) != "marker" || m.Header.Get(jetstream.MsgIDHeader) != "start-g1" {
+		t.Fatalf("last marker of i1: %+v, %v; want the one published, with the group's id", m, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || len(info.Config.Subjects) != 2 {
+		t.Fatalf("stream subjects %v (%v), want both of this release's", info.Config.Subjects, err)
+	}
+}
+
 func TestConsumerConfig(t *testing.T) {
 	c := bus.ConsumerConfig("d", "jetrl.x", 7, 3*time.Second)
 	if c.Durable != "d" || c.FilterSubject != "jetrl.x" || c.MaxAckPending != 7 || c.AckWait != 3*time.Second ||
