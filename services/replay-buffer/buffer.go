@@ -204,9 +204,9 @@ type group struct {
 	// are missing, masked or stale); settle gives back the rest.
 	refunded int
 	// recordRev is the revision of the group's refund record as this buffer last wrote or read it (0: none
-	// known), the next write's compare-and-set; record is what it held then, and recordAt when this buffer
-	// wrote it (zero when it was read: its age is not known), so that it is written again before the
-	// bucket's TTL expires it while the group is held (refreshRecords).
+	// known), the next write's compare-and-set; record is what it held then (or what it reads as), and
+	// recordAt when it was written (zero when not known), so that it is written again before the bucket's
+	// TTL expires it while the group is held (refreshRecords).
 	recordRev uint64
 	record    proto.GroupRefund
 	recordAt  time.Time
@@ -317,9 +317,11 @@ type Stats struct {
 	RefundsRecovered      int64 `json:"refunds_recovered"`
 	RefundRecordErrors    int64 `json:"refund_record_errors"`
 	RefundRecordConflicts int64 `json:"refund_record_conflicts"`
-	// RefundRecordsRefreshed counts the records of held groups written again before their TTL.
-	RefundRecordsRefreshed int64 `json:"refund_records_refreshed"`
-	Missing                int64 `json:"missing_timeout"`
+	// RefundRecordsRefreshed counts the records of held groups written again before their TTL, and
+	// RefundRecordRefreshErrors those writes that failed (tried again at the next look).
+	RefundRecordsRefreshed    int64 `json:"refund_records_refreshed"`
+	RefundRecordRefreshErrors int64 `json:"refund_record_refresh_errors"`
+	Missing                   int64 `json:"missing_timeout"`
 	// Cut counts members still playing when their group was taken without them (Config.Cut).
 	Cut int64 `json:"cut_playing"`
 	// Baseline counts stale members sent along in a batch for their group's baseline (Config.TurnStaleness);
@@ -661,6 +663,10 @@ func (b *Buffer) Run(ctx context.Context) error {
 			b.recoverClaims(wctx, js, counter, groupStarts, now, log)
 			b.refreshRecords(wctx, counter, now)
 			endWrites()
+			if b.passMoved != nil {
+				log.Error().Err(b.passMoved).Msg("another replay-buffer gives admissions back: stopping")
+				return fmt.Errorf("replay-buffer: %w: %w", ErrFenced, b.passMoved)
+			}
 		}
 		if b.releaseDue() || len(b.unsettled) > 0 {
 			wctx, endWrites := context.WithDeadline(ctx, ls.writeBy())
@@ -1403,10 +1409,11 @@ func (b *Buffer) settle(ctx context.Context, counter *admission.Counter, ts []se
 }
 
 // priorRefund is what a group's record said when the buffer started: the admissions given back, and the
-// record's revision.
+// record's revision and time of writing.
 type priorRefund struct {
 	given int
 	rev   uint64
+	at    time.Time
 }
 
 // loadRefunds reads every GroupRefund record: the admissions given back so far by key (proto.RefundKey),
@@ -1438,7 +1445,7 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, dea
 				log.Warn().Err(err).Str("key", e.Key()).Int("refunded", r.Refunded).Int("pending", r.Pending).Msg("refund record skipped")
 				continue
 			}
-			prior, ok, err := settleRecord(wctx, kv, e.Key(), r, e.Revision(), applied, dead, log)
+			prior, ok, err := settleRecord(wctx, kv, e.Key(), r, e.Revision(), e.Created(), applied, dead, log)
 			if err != nil {
 				return nil, err
 			}
@@ -1456,9 +1463,9 @@ func loadRefunds(ctx context.Context, kv jetstream.KeyValue, applied uint64, dea
 // right once its pass leaves the dead passes; when that write conflicts (a lagging read, an expiry, the
 // buffer before still writing) the record is read again and settled again. ok is false when the record is
 // gone (still so after a few reads: a lagging replica may not have it yet) or no longer decodes (logged).
-func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r proto.GroupRefund, rev, applied uint64, dead []uint64, log zerolog.Logger) (p priorRefund, ok bool, err error) {
+func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r proto.GroupRefund, rev uint64, at time.Time, applied uint64, dead []uint64, log zerolog.Logger) (p priorRefund, ok bool, err error) {
 	for try := 1; ; try++ {
-		p = priorRefund{given: r.Given(applied, dead), rev: rev}
+		p = priorRefund{given: r.Given(applied, dead), rev: rev, at: at}
 		if r.Applied(applied, dead) {
 			return p, true, nil
 		}
@@ -1467,6 +1474,7 @@ func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r prot
 			return p, false, err
 		}
 		if p.rev, err = kv.Update(ctx, key, data, rev); err == nil {
+			p.at = time.Now()
 			return p, true, nil
 		}
 		if !admission.IsConflict(err) || try == recordWrites {
@@ -1488,7 +1496,7 @@ func settleRecord(ctx context.Context, kv jetstream.KeyValue, key string, r prot
 		if err != nil {
 			return p, false, err
 		}
-		r, rev = proto.GroupRefund{}, e.Revision()
+		r, rev, at = proto.GroupRefund{}, e.Revision(), e.Created()
 		if err := codec.Unmarshal(e.Value(), &r); err != nil || r.Refunded < 0 || r.Pending < 0 {
 			log.Warn().Err(err).Str("key", key).Int("refunded", r.Refunded).Int("pending", r.Pending).Msg("refund record skipped")
 			return p, false, nil
@@ -1508,7 +1516,7 @@ func (b *Buffer) recoverRefund(g *group) {
 		return
 	}
 	delete(b.prior, k)
-	g.refunded, g.recordRev = min(n.given, g.size), n.rev
+	g.refunded, g.recordRev, g.recordAt = min(n.given, g.size), n.rev, n.at
 	g.record = proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: n.given} // what it reads as
 	b.count(func(s *Stats) { s.RefundsRecovered += int64(g.refunded) })
 }
@@ -1696,6 +1704,8 @@ func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g 
 			}
 			return err
 		}
+		// The write this buffer did not know of reads as g.record (its own lost write, or the buffer
+		// before's late one of the same pass): if this write fails too, it is refreshed as g.record.
 		e, err := b.refundKV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -1703,7 +1713,7 @@ func (b *Buffer) writeRecord(ctx context.Context, counter *admission.Counter, g 
 		case err != nil:
 			return err
 		default:
-			g.recordRev = e.Revision()
+			g.recordRev, g.recordAt = e.Revision(), time.Time{}
 		}
 		if try == 1 {
 			b.count(func(s *Stats) { s.RefundRecordConflicts++ })

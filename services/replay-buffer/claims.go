@@ -61,6 +61,18 @@ func (b *Buffer) recoverClaims(ctx context.Context, js jetstream.JetStream, coun
 			b.dropClaim(ctx, counter, instance, c, clog)
 			continue
 		}
+		gone, err := markerGone(ctx, groups, c)
+		if err != nil {
+			clog.Warn().Err(err).Msg("groups stream not read; silent rollout instance's claim looked at again later")
+			continue
+		}
+		if gone {
+			// Its marker may have been published and removed since: announcing the group could give its
+			// admissions back a second time. The claim is left as the replica left it, held.
+			clog.Warn().Int64("claimed_at", c.ClaimedAt).Msg("silent rollout instance's last claim older than the groups stream's oldest marker; removed without announcing it")
+			b.dropClaim(ctx, counter, instance, c, clog)
+			continue
+		}
 		data, err := codec.Marshal(start, 0)
 		var ack *jetstream.PubAck
 		if err == nil {
@@ -114,6 +126,20 @@ func (b *Buffer) announced(ctx context.Context, groups jetstream.Stream, instanc
 	return gs.GroupID == groupID || gs.StartedAt >= c.ClaimedAt, nil
 }
 
+// markerGone reports whether the groups stream may have removed a marker published after claim c: it has
+// dropped messages (its age or size limit, or a purge), and the oldest it keeps is younger than the claim.
+func markerGone(ctx context.Context, groups jetstream.Stream, c proto.AdmissionClaim) (bool, error) {
+	info, err := groups.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	st := info.State
+	if st.FirstSeq <= 1 {
+		return false, nil
+	}
+	return st.Msgs == 0 || c.ClaimedAt < st.FirstTime.UnixNano(), nil
+}
+
 // dropClaim removes instance's last claim if it is still c.
 func (b *Buffer) dropClaim(ctx context.Context, counter *admission.Counter, instance string, c proto.AdmissionClaim, log zerolog.Logger) {
 	removed, err := counter.DropClaim(ctx, instance, &c)
@@ -150,8 +176,11 @@ func (b *Buffer) refreshRecords(ctx context.Context, counter *admission.Counter,
 				continue
 			}
 			if err := b.writeRecord(ctx, counter, g, g.record); err != nil {
-				b.count(func(s *Stats) { s.RefundRecordErrors++ })
+				b.count(func(s *Stats) { s.RefundRecordRefreshErrors++ })
 				b.deps.Log.Warn().Err(err).Str("group", g.id).Msg("refund record not written again; its TTL may expire it while the group is held")
+				if b.passMoved != nil || ctx.Err() != nil {
+					return // another buffer owns the counter (the run loop stops), or the writes' time is up
+				}
 				continue
 			}
 			b.count(func(s *Stats) { s.RefundRecordsRefreshed++ })

@@ -62,8 +62,8 @@ func TestAnnouncedReadsTheInstancesLastMarker(t *testing.T) {
 }
 
 // A held group's refund record is written again, unchanged, once it is older than half the bucket's TTL
-// (or was read, not written, by this buffer); a fresh one, a group without one, and any while a refund
-// pass is in doubt are left alone.
+// (or of an age not known); a fresh one (written by this buffer, or read as it started), a group without
+// one, and any while a refund pass is in doubt are left alone.
 func TestHeldGroupsRecordsAreWrittenAgainBeforeTheirTTL(t *testing.T) {
 	b, counter, js, ctx := refundFixture(t)
 	kv, err := js.KeyValue(ctx, proto.BucketRefunds)
@@ -89,15 +89,20 @@ func TestHeldGroupsRecordsAreWrittenAgainBeforeTheirTTL(t *testing.T) {
 	if err := b.writeRecord(ctx, counter, &group{id: "recovered"}, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: 2}); err != nil {
 		t.Fatal(err)
 	}
-	recovered := &group{id: "recovered", size: 4}
-	b.prior = map[string]priorRefund{proto.RefundKey("recovered"): {given: 2, rev: rev("recovered")}}
+	if err := b.writeRecord(ctx, counter, &group{id: "recent"}, proto.GroupRefund{Schema: proto.SchemaVersion, Refunded: 1}); err != nil {
+		t.Fatal(err)
+	}
+	recovered, recent := &group{id: "recovered", size: 4}, &group{id: "recent", size: 4}
+	b.prior = map[string]priorRefund{proto.RefundKey("recovered"): {given: 2, rev: rev("recovered")},
+		proto.RefundKey("recent"): {given: 1, rev: rev("recent"), at: time.Now()}}
 	b.recoverRefund(recovered)
+	b.recoverRefund(recent)
 	now := time.Now()
 	old.recordAt = now.Add(-recordRefreshAge - time.Second)
 	b.groups = map[string]*group{"old": old, "none": none}
-	b.ready = []*group{fresh}
+	b.ready = []*group{fresh, recent}
 	b.unsettled = []settled{{g: recovered}}
-	before := map[string]uint64{"old": rev("old"), "fresh": rev("fresh"), "recovered": rev("recovered")}
+	before := map[string]uint64{"old": rev("old"), "fresh": rev("fresh"), "recovered": rev("recovered"), "recent": rev("recent")}
 
 	b.doubt = &refundPass{pass: 8}
 	b.refreshRecords(ctx, counter, now)
@@ -106,9 +111,9 @@ func TestHeldGroupsRecordsAreWrittenAgainBeforeTheirTTL(t *testing.T) {
 	}
 	b.doubt = nil
 	b.refreshRecords(ctx, counter, now)
-	if rev("old") == before["old"] || rev("recovered") == before["recovered"] || rev("fresh") != before["fresh"] {
-		t.Errorf("revisions %d, %d, %d after %v: want the old and the recovered record written again, the fresh one not",
-			rev("old"), rev("recovered"), rev("fresh"), before)
+	if rev("old") == before["old"] || rev("recovered") == before["recovered"] || rev("fresh") != before["fresh"] || rev("recent") != before["recent"] {
+		t.Errorf("revisions old %d, recovered %d, fresh %d, recent %d after %v: want the old record and the one of unknown age written again, the fresh ones not",
+			rev("old"), rev("recovered"), rev("fresh"), rev("recent"), before)
 	}
 	if r := record(t, ctx, kv, "old"); r != want {
 		t.Errorf("old record written again as %+v, want it unchanged: %+v", r, want)
@@ -119,7 +124,7 @@ func TestHeldGroupsRecordsAreWrittenAgainBeforeTheirTTL(t *testing.T) {
 	if _, err := kv.Get(ctx, proto.RefundKey("none")); err == nil {
 		t.Error("a record written for a group that had none")
 	}
-	if st := b.Stats(); st.RefundRecordsRefreshed != 2 || st.RefundRecordErrors != 0 {
+	if st := b.Stats(); st.RefundRecordsRefreshed != 2 || st.RefundRecordRefreshErrors != 0 {
 		t.Errorf("stats %+v: want 2 records refreshed, no error", st)
 	}
 	// Once written, a record is fresh again.
@@ -127,5 +132,76 @@ func TestHeldGroupsRecordsAreWrittenAgainBeforeTheirTTL(t *testing.T) {
 	b.refreshRecords(ctx, counter, time.Now())
 	if rev("old") != again {
 		t.Error("a record just written was written again")
+	}
+}
+
+// An instance is silent once it has gone without a heartbeat for the time given, counted from its last
+// heartbeat or, if it was not heard since, from when the buffer began to hear (its start, or its
+// connection's return): heartbeats sent while it could not hear say nothing.
+func TestSilentForCountsFromWhenTheBufferCouldHear(t *testing.T) {
+	var l liveness
+	t0 := time.Now()
+	l.beat(proto.RolloutHeartbeat{RolloutID: "r", Instance: "heard"}, t0)
+	for _, tc := range []struct {
+		instance   string
+		since, now time.Time
+		want       bool
+	}{
+		{"heard", t0.Add(-time.Minute), t0.Add(59 * time.Second), false},
+		{"heard", t0.Add(-time.Minute), t0.Add(61 * time.Second), true},
+		{"never", t0, t0.Add(59 * time.Second), false}, // not heard: counted from since
+		{"never", t0, t0.Add(61 * time.Second), true},
+		{"heard", t0.Add(30 * time.Second), t0.Add(61 * time.Second), false}, // the buffer could not hear before since
+		{"heard", t0.Add(30 * time.Second), t0.Add(91 * time.Second), true},
+	} {
+		if got := l.silentFor(tc.instance, tc.now, tc.since, time.Minute); got != tc.want {
+			t.Errorf("silentFor(%s, since +%v, at +%v) = %v, want %v", tc.instance, tc.since.Sub(t0), tc.now.Sub(t0), got, tc.want)
+		}
+	}
+	l.pruneInstances(t0.Add(2*time.Minute), time.Minute)
+	if got := l.silentFor("heard", t0.Add(2*time.Minute), t0.Add(90*time.Second), time.Minute); got {
+		t.Error("a pruned instance counted silent before the time given had passed since the buffer began to hear")
+	}
+}
+
+// A claim older than the oldest marker a groups stream that has dropped messages keeps may have had its
+// marker removed: it cannot be told announced, and is not announced again.
+func TestMarkerGoneOnceTheStreamDroppedMarkersAfterTheClaim(t *testing.T) {
+	_, _, js, ctx := refundFixture(t)
+	groups, err := js.Stream(ctx, proto.StreamGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := func(claimedAt int64) bool {
+		t.Helper()
+		g, err := markerGone(ctx, groups, proto.AdmissionClaim{GroupID: "g", ClaimedAt: claimedAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	long := time.Now().Add(-time.Hour).UnixNano()
+	if gone(long) {
+		t.Error("an empty stream that never dropped a marker said a claim's marker may be gone")
+	}
+	publish := func(group string) {
+		t.Helper()
+		if _, err := bus.PublishGroupStart(ctx, js, "i1", group, []byte("marker")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("g1")
+	if gone(long) {
+		t.Error("a stream that never dropped a marker said a claim's marker may be gone")
+	}
+	if err := groups.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(long) || !gone(time.Now().UnixNano()) {
+		t.Error("a purged stream: want any claim's marker possibly gone")
+	}
+	publish("g2")
+	if !gone(long) || gone(time.Now().Add(time.Hour).UnixNano()) {
+		t.Error("want a claim older than the oldest marker kept possibly gone, a younger one not")
 	}
 }

@@ -186,7 +186,7 @@ func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
 	// again and settled by what it holds now; one since gone is left out.
 	first := put("moved", proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8})
 	put("moved", proto.GroupRefund{Refunded: 9, Pending: 4, Pass: 8})
-	p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, 7, nil, zerolog.Nop())
+	p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, time.Time{}, 7, nil, zerolog.Nop())
 	if err != nil || !ok || p.given != 5 {
 		t.Fatalf("settled %+v, %v, %v; want 5 given (9 less the 4 pending of the record written since)", p, ok, err)
 	}
@@ -196,7 +196,7 @@ func TestRefundRecordsAreReadByTheAppliedPass(t *testing.T) {
 	if err := kv.Delete(ctx, proto.RefundKey("moved")); err != nil {
 		t.Fatal(err)
 	}
-	if p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, 7, nil, zerolog.Nop()); err != nil || ok {
+	if p, ok, err := settleRecord(ctx, kv, proto.RefundKey("moved"), proto.GroupRefund{Refunded: 5, Pending: 2, Pass: 8}, first, time.Time{}, 7, nil, zerolog.Nop()); err != nil || ok {
 		t.Fatalf("settled a record since deleted: %+v, %v, %v; want it left out", p, ok, err)
 	}
 }

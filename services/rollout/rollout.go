@@ -448,7 +448,8 @@ func (r *Rollout) Run(ctx context.Context) error {
 				// the replay-buffer times it out and gives back what it may hold (if the claim did not land,
 				// that gives back more than was taken, which the trainer's own staleness check absorbs;
 				// holding the room for good would narrow the gate instead).
-				announced = r.announce(ctx, js, instance, claim.Start(), log)
+				// The counter may still hold the claim before this one: both markers must be out.
+				announced = r.announce(ctx, js, instance, claim.Start(), log) && announced
 				log.Error().Err(err).Int64("version", v).Msg("admission claim uncertain: announced a group that will not play, so its admissions come back")
 			}
 			if admitCtx.Err() == nil {

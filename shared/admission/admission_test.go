@@ -500,8 +500,8 @@ func TestACounterMadeAnewIsAdoptedByItsOwner(t *testing.T) {
 }
 
 // A claim made as a rollout instance stores it as that instance's last claim in the claim's own write;
-// every other write keeps the claims; DropClaim removes an instance's claim only if it is of the group
-// named (or of any group when none is).
+// every other write keeps the claims; DropClaim removes an instance's claim only if it is the claim given
+// (whatever it is when none is).
 func TestClaimsAreKeptByInstanceUntilDropped(t *testing.T) {
 	c, _ := mesh(t)()
 	ctx := testCtx(t)
@@ -539,16 +539,18 @@ func TestClaimsAreKeptByInstanceUntilDropped(t *testing.T) {
 	if a := read(t, c); len(a.Claims) != 2 || a.Claims["i1"].GroupID != "g3" || a.Refunded != 2 || a.Started != 7 {
 		t.Fatalf("counter %+v after refunds, a fence and a claim without an instance: want both claims kept", a)
 	}
-	g1, g3 := a.Claims["i1"], a.Claims["i1"]
+	g1, g3, g3later := a.Claims["i1"], a.Claims["i1"], a.Claims["i1"]
 	g1.GroupID = "g1"
+	g3later.ClaimedAt++
 	for _, tc := range []struct {
 		instance string
 		claim    *proto.AdmissionClaim
 		removed  bool
 		left     int
 	}{
-		{"i1", &g1, false, 2}, // an earlier claim of i1: its last is g3
-		{"i9", nil, false, 2}, // no claim
+		{"i1", &g1, false, 2},      // an earlier claim of i1: its last is g3
+		{"i1", &g3later, false, 2}, // a claim of g3 made at another time
+		{"i9", nil, false, 2},      // no claim
 		{"i1", &g3, true, 1},
 		{"i2", nil, true, 0}, // whatever it is
 	} {
