@@ -827,9 +827,16 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		parts := make([]string, len(r.Runs))
 		for i, run := range r.Runs {
 			parts[i] = fmt.Sprintf("%s %+.1f (%d)", filepath.Base(run.From), 100*run.Mean, run.Pairs)
+			if run.CurveMean != nil {
+				parts[i] = fmt.Sprintf("%s %+.1f, along the window %+.1f (%d)", filepath.Base(run.From), 100*run.Mean, 100**run.CurveMean, run.Pairs)
+			}
 		}
-		fmt.Printf("async - sync held-out by run (mean, pairs): %s; between runs F(%d, %d) = %.2f, p = %.2f (a small p: the runs differ by more than chance)\n",
-			strings.Join(parts, ", "), r.DF1, r.DF2, r.F, r.P)
+		curve := ""
+		if r.CurveF != nil {
+			curve = fmt.Sprintf("; along the window F(%d, %d) = %.2f, p = %.2f", r.DF1, r.DF2, *r.CurveF, *r.CurveP)
+		}
+		fmt.Printf("async - sync held-out by run (mean, pairs): %s; between runs F(%d, %d) = %.2f, p = %.2f%s (a small p: the runs differ by more than chance)\n",
+			strings.Join(parts, ", "), r.DF1, r.DF2, r.F, r.P, curve)
 	}
 	if len(paces) == len(res.Pairs) {
 		fmt.Printf("trainer update per trained turn and epoch, async/sync per pair (the machine's speed between the modes): %s\n", strings.Join(paces, ", "))

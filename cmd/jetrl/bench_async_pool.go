@@ -62,21 +62,27 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 // variance with the runs as groups. F is the spread of the runs' means over what the spread of pairs
 // within each run predicts for it (about 1 when the runs differ by chance alone); P is the chance of an F
 // at least as large if they do (F distribution with DF1 = runs - 1 and DF2 = pairs - runs degrees of
-// freedom). Comparing the runs before a change with those after it, with a t interval of their own, is
-// the test to use when the change is known in advance; this one asks whether any run stands out.
+// freedom). CurveF and CurveP are the same for the differences along the window (the curve's mean after
+// its start), when every pair has a curve. Comparing the runs before a change with those after it, with a
+// t interval of their own, is the test to use when the change is known in advance; this one asks whether
+// any run stands out.
 type heldOutRuns struct {
-	Runs []heldOutRun `json:"runs"`
-	F    float64      `json:"f"`
-	DF1  int          `json:"df1"`
-	DF2  int          `json:"df2"`
-	P    float64      `json:"p"`
+	Runs   []heldOutRun `json:"runs"`
+	F      float64      `json:"f"`
+	DF1    int          `json:"df1"`
+	DF2    int          `json:"df2"`
+	P      float64      `json:"p"`
+	CurveF *float64     `json:"curve_f,omitempty"`
+	CurveP *float64     `json:"curve_p,omitempty"`
 }
 
-// heldOutRun is one pooled run: its file, its pairs, and their mean async - sync held-out difference.
+// heldOutRun is one pooled run: its file, its pairs, and their mean async - sync held-out difference at
+// the end of the window and along it (with a curve).
 type heldOutRun struct {
-	From  string  `json:"from"`
-	Pairs int     `json:"pairs"`
-	Mean  float64 `json:"mean"`
+	From      string   `json:"from"`
+	Pairs     int      `json:"pairs"`
+	Mean      float64  `json:"mean"`
+	CurveMean *float64 `json:"curve_mean,omitempty"`
 }
 
 // compareRuns is heldOutRuns for pairs pooled from the runs in from, sizes[i] pairs from from[i], in
@@ -86,34 +92,63 @@ func compareRuns(from []string, sizes []int, pairs []*asyncPair) *heldOutRuns {
 	if len(from) < 2 || len(from) != len(sizes) {
 		return nil
 	}
-	out := &heldOutRuns{DF1: len(sizes) - 1, DF2: len(pairs) - len(sizes)}
-	var all float64
-	for _, p := range pairs {
-		all += p.HeldOutAsync - p.HeldOutSync
-	}
-	all /= float64(len(pairs))
-	var between, within float64
-	i := 0
-	for r, n := range sizes {
-		run := pairs[i : i+n]
-		i += n
-		var mean float64
-		for _, p := range run {
-			mean += (p.HeldOutAsync - p.HeldOutSync) / float64(n)
+	end := make([]float64, len(pairs))
+	var curve []float64
+	for i, p := range pairs {
+		end[i] = p.HeldOutAsync - p.HeldOutSync
+		if p.HeldOutCurveAsync != nil && p.HeldOutCurveSync != nil {
+			curve = append(curve, *p.HeldOutCurveAsync-*p.HeldOutCurveSync)
 		}
-		for _, p := range run {
-			d := p.HeldOutAsync - p.HeldOutSync - mean
-			within += d * d
-		}
-		between += float64(n) * (mean - all) * (mean - all)
-		out.Runs = append(out.Runs, heldOutRun{From: from[r], Pairs: n, Mean: mean})
 	}
-	if out.DF2 < 1 || within == 0 {
+	means, f, pv, ok := oneWay(sizes, end)
+	if !ok {
 		return nil
 	}
-	out.F = (between / float64(out.DF1)) / (within / float64(out.DF2))
-	out.P = distuv.F{D1: float64(out.DF1), D2: float64(out.DF2)}.Survival(out.F)
+	out := &heldOutRuns{F: f, P: pv, DF1: len(sizes) - 1, DF2: len(pairs) - len(sizes)}
+	for r, n := range sizes {
+		out.Runs = append(out.Runs, heldOutRun{From: from[r], Pairs: n, Mean: means[r]})
+	}
+	if len(curve) == len(pairs) {
+		if cm, cf, cp, ok := oneWay(sizes, curve); ok {
+			out.CurveF, out.CurveP = &cf, &cp
+			for r := range out.Runs {
+				out.Runs[r].CurveMean = &cm[r]
+			}
+		}
+	}
 	return out
+}
+
+// oneWay is the one-way analysis of variance of vals in groups of sizes (in order): the groups' means, F and
+// its p-value; ok is false without a second group, a degree of freedom within groups, or a spread within.
+func oneWay(sizes []int, vals []float64) (means []float64, f, p float64, ok bool) {
+	df1, df2 := len(sizes)-1, len(vals)-len(sizes)
+	if df1 < 1 || df2 < 1 {
+		return nil, 0, 0, false
+	}
+	var all float64
+	for _, v := range vals {
+		all += v / float64(len(vals))
+	}
+	var between, within float64
+	i := 0
+	for _, n := range sizes {
+		var mean float64
+		for _, v := range vals[i : i+n] {
+			mean += v / float64(n)
+		}
+		for _, v := range vals[i : i+n] {
+			within += (v - mean) * (v - mean)
+		}
+		between += float64(n) * (mean - all) * (mean - all)
+		means = append(means, mean)
+		i += n
+	}
+	if within == 0 {
+		return nil, 0, 0, false
+	}
+	f = (between / float64(df1)) / (within / float64(df2))
+	return means, f, distuv.F{D1: float64(df1), D2: float64(df2)}.Survival(f), true
 }
 
 // readAsyncResult reads one bench async-vs-sync --json output and checks that it holds whole pairs.

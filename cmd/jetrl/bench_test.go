@@ -861,6 +861,14 @@ func TestCompareRuns(t *testing.T) {
 		}
 		return out
 	}
+	// Along the window, twice the end's differences: the same F, the runs' means doubled.
+	withCurves := func(ps []*asyncPair) []*asyncPair {
+		for _, p := range ps {
+			cs, ca := 0.4, 0.4+2*(p.HeldOutAsync-p.HeldOutSync)
+			p.HeldOutCurveSync, p.HeldOutCurveAsync = &cs, &ca
+		}
+		return ps
+	}
 	// Means 0.2, 0.1, 0.0 over 2, 2, 3 pairs, grand mean 0.6/7: between-runs sum of squares 0.34/7 on 2
 	// degrees of freedom, within 0.12 on 4, F = 17/21; with 2 numerator degrees of freedom the F
 	// distribution's tail is (1 + 2F/4)^-2.
@@ -870,6 +878,14 @@ func TestCompareRuns(t *testing.T) {
 	if r == nil || r.DF1 != 2 || r.DF2 != 4 || math.Abs(r.F-wantF) > 1e-9 || math.Abs(r.P-wantP) > 1e-9 || len(r.Runs) != 3 ||
 		r.Runs[0].From != "a" || math.Abs(r.Runs[0].Mean-0.2) > 1e-9 || r.Runs[2].Pairs != 3 || math.Abs(r.Runs[2].Mean) > 1e-9 {
 		t.Errorf("compareRuns = %+v; want runs a, b, c at means 0.2, 0.1, 0, F(2, 4) = %v, p = %v", r, wantF, wantP)
+	}
+	if r.CurveF != nil || r.Runs[0].CurveMean != nil {
+		t.Errorf("compareRuns without curves compared them: %+v", r)
+	}
+	r = compareRuns([]string{"a", "b", "c"}, []int{2, 2, 3}, withCurves(pairs(0.1, 0.3, 0.0, 0.2, -0.2, 0.0, 0.2)))
+	if r == nil || r.CurveF == nil || math.Abs(*r.CurveF-wantF) > 1e-9 || math.Abs(*r.CurveP-wantP) > 1e-9 ||
+		r.Runs[0].CurveMean == nil || math.Abs(*r.Runs[0].CurveMean-0.4) > 1e-9 || math.Abs(r.F-wantF) > 1e-9 {
+		t.Errorf("compareRuns with curves = %+v; want along the window F(2, 4) = %v, p = %v, run a's mean 0.4", r, wantF, wantP)
 	}
 	// Runs far apart against a small spread within each: p near 0.
 	if r := compareRuns([]string{"a", "b"}, []int{3, 3}, pairs(0.30, 0.31, 0.29, -0.30, -0.31, -0.29)); r == nil || r.P > 1e-6 {

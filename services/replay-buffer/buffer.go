@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"sync"
@@ -282,7 +283,7 @@ type Buffer struct {
 	stats Stats
 
 	// heardSince is when this buffer last began to hear heartbeats: when it took the lease, or its
-	// connection last came back (reconnects counts the comebacks); claimsAt is when it last looked at the
+	// connection last came back (reconnects counts the comebacks, looked at every second); claimsAt is when it last looked at the
 	// rollout instances' claims (recoverClaims).
 	heardSince, claimsAt time.Time
 	reconnects           uint64
@@ -627,6 +628,9 @@ func (b *Buffer) Run(ctx context.Context) error {
 		case <-newVersion:
 			backoff = queueRecheck
 		case now := <-tick.C:
+			if n := b.deps.Conn.Stats().Reconnects; n != b.reconnects || !b.deps.Conn.IsConnected() {
+				b.reconnects, b.heardSince = n, now // heartbeats sent meanwhile were not heard
+			}
 			b.checkGap(now, log)
 			b.timeout(now, lastSeq, log)
 			if now.Sub(lastKeep) >= ackWait/3 {
@@ -651,9 +655,6 @@ func (b *Buffer) Run(ctx context.Context) error {
 		// and by then: another buffer cannot take it over before. While it is not, the renewals say why.
 		// Nothing is tried while the connection is down either: it keeps nothing to send later, so each
 		// write would fail at once.
-		if n := b.deps.Conn.Stats().Reconnects; n != b.reconnects || !b.deps.Conn.IsConnected() {
-			b.reconnects, b.heardSince = n, time.Now() // heartbeats sent meanwhile were not heard
-		}
 		if ls.hold() != nil || !b.deps.Conn.IsConnected() {
 			continue
 		}
@@ -902,17 +903,32 @@ func (b *Buffer) receiveStart(ctx context.Context, js jetstream.JetStream, m jet
 
 // keepAlive extends the ack deadline of every episode and marker held.
 func (b *Buffer) keepAlive() {
-	unsettled := make([]*group, len(b.unsettled))
-	for i, t := range b.unsettled {
-		unsettled[i] = t.g
+	for g := range b.heldGroups() {
+		for _, m := range g.members {
+			_ = m.msg.InProgress()
+		}
+		if g.marker != nil {
+			_ = g.marker.InProgress()
+		}
 	}
-	for _, gs := range [][]*group{slices.Collect(maps.Values(b.groups)), b.ready, unsettled} {
-		for _, g := range gs {
-			for _, m := range g.members {
-				_ = m.msg.InProgress()
+}
+
+// heldGroups yields every group the buffer holds unacked: open, ready, and settled but unsettled (a failed refund).
+func (b *Buffer) heldGroups() iter.Seq[*group] {
+	return func(yield func(*group) bool) {
+		for _, g := range b.groups {
+			if !yield(g) {
+				return
 			}
-			if g.marker != nil {
-				_ = g.marker.InProgress()
+		}
+		for _, g := range b.ready {
+			if !yield(g) {
+				return
+			}
+		}
+		for _, t := range b.unsettled {
+			if !yield(t.g) {
+				return
 			}
 		}
 	}
@@ -1105,14 +1121,12 @@ func (l *liveness) pruneInstances(now time.Time, after time.Duration) {
 	maps.DeleteFunc(l.instances, func(_ string, t time.Time) bool { return now.Sub(t) > after })
 }
 
-// prune forgets groups not listed for longer than groups, and replicas and instances silent for longer than
-// replicas.
+// prune forgets groups not listed for longer than groups, and replicas silent for longer than replicas.
 func (l *liveness) prune(now time.Time, groups, replicas time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	maps.DeleteFunc(l.listed, func(_ string, t time.Time) bool { return now.Sub(t) > groups })
 	maps.DeleteFunc(l.beats, func(_ string, t time.Time) bool { return now.Sub(t) > replicas })
-	maps.DeleteFunc(l.instances, func(_ string, t time.Time) bool { return now.Sub(t) > replicas })
 	maps.DeleteFunc(l.quiet, func(id string, _ bool) bool { _, ok := l.beats[id]; return !ok })
 }
 

@@ -3,8 +3,6 @@ package replaybuffer
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
@@ -166,24 +164,18 @@ func (b *Buffer) refreshRecords(ctx context.Context, counter *admission.Counter,
 	if b.refundKV == nil || b.doubt != nil || b.passMoved != nil {
 		return
 	}
-	held := make([]*group, 0, len(b.unsettled))
-	for _, t := range b.unsettled {
-		held = append(held, t.g)
-	}
-	for _, gs := range [][]*group{slices.Collect(maps.Values(b.groups)), b.ready, held} {
-		for _, g := range gs {
-			if g.recordRev == 0 || now.Sub(g.recordAt) <= recordRefreshAge {
-				continue
-			}
-			if err := b.writeRecord(ctx, counter, g, g.record); err != nil {
-				b.count(func(s *Stats) { s.RefundRecordRefreshErrors++ })
-				b.deps.Log.Warn().Err(err).Str("group", g.id).Msg("refund record not written again; its TTL may expire it while the group is held")
-				if b.passMoved != nil || ctx.Err() != nil {
-					return // another buffer owns the counter (the run loop stops), or the writes' time is up
-				}
-				continue
-			}
-			b.count(func(s *Stats) { s.RefundRecordsRefreshed++ })
+	for g := range b.heldGroups() {
+		if g.recordRev == 0 || now.Sub(g.recordAt) <= recordRefreshAge {
+			continue
 		}
+		if err := b.writeRecord(ctx, counter, g, g.record); err != nil {
+			b.count(func(s *Stats) { s.RefundRecordRefreshErrors++ })
+			b.deps.Log.Warn().Err(err).Str("group", g.id).Msg("refund record not written again; its TTL may expire it while the group is held")
+			if b.passMoved != nil || ctx.Err() != nil {
+				return // another buffer owns the counter (the run loop stops), or the writes' time is up
+			}
+			continue
+		}
+		b.count(func(s *Stats) { s.RefundRecordsRefreshed++ })
 	}
 }

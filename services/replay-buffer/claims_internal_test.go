@@ -1,13 +1,27 @@
 package replaybuffer
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
+	"github.com/nats-io/nats.go/jetstream"
 )
+
+// mark publishes a marker of group on instance's subject, started at at.
+func mark(t *testing.T, ctx context.Context, js jetstream.JetStream, instance, group string, at int64) {
+	t.Helper()
+	data, err := codec.Marshal(proto.GroupStart{Schema: proto.SchemaVersion, GroupID: group, GroupSize: 2, StartedAt: at}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.PublishGroupStart(ctx, js, instance, group, data); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // A silent instance's last claim counts as announced when the buffer knows its group (held, settled, or
 // given back by an earlier buffer), or when the last marker on the instance's subject is its group's, or
@@ -20,19 +34,9 @@ func TestAnnouncedReadsTheInstancesLastMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := func(instance, group string, at int64) {
-		t.Helper()
-		data, err := codec.Marshal(proto.GroupStart{Schema: proto.SchemaVersion, GroupID: group, GroupSize: 2, StartedAt: at}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := bus.PublishGroupStart(ctx, js, instance, group, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mark("i1", "g0", 10)
-	mark("i1", "g1", 20)
-	mark("i2", "g2", 20)
+	mark(t, ctx, js, "i1", "g0", 10)
+	mark(t, ctx, js, "i1", "g1", 20)
+	mark(t, ctx, js, "i2", "g2", 20)
 	if _, err := bus.PublishOnce(ctx, js, proto.SubjectGroupStartOf("i4"), "start-g4", []byte("not msgpack")); err != nil {
 		t.Fatal(err)
 	}
@@ -184,13 +188,7 @@ func TestMarkerGoneOnceTheStreamDroppedMarkersAfterTheClaim(t *testing.T) {
 	if gone(long) {
 		t.Error("an empty stream that never dropped a marker said a claim's marker may be gone")
 	}
-	publish := func(group string) {
-		t.Helper()
-		if _, err := bus.PublishGroupStart(ctx, js, "i1", group, []byte("marker")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish("g1")
+	mark(t, ctx, js, "i1", "g1", time.Now().UnixNano())
 	if gone(long) {
 		t.Error("a stream that never dropped a marker said a claim's marker may be gone")
 	}
@@ -200,7 +198,7 @@ func TestMarkerGoneOnceTheStreamDroppedMarkersAfterTheClaim(t *testing.T) {
 	if !gone(long) || !gone(time.Now().UnixNano()) {
 		t.Error("a purged stream: want any claim's marker possibly gone")
 	}
-	publish("g2")
+	mark(t, ctx, js, "i1", "g2", time.Now().UnixNano())
 	if !gone(long) || gone(time.Now().Add(time.Hour).UnixNano()) {
 		t.Error("want a claim older than the oldest marker kept possibly gone, a younger one not")
 	}

@@ -29,15 +29,11 @@ func PublishGroupStart(ctx context.Context, js jetstream.JetStream, instance, gr
 
 // ensureGroupSubjects adds the subjects proto lists for StreamGroups that the stream lacks.
 func ensureGroupSubjects(ctx context.Context, js jetstream.JetStream) error {
-	st, err := js.Stream(ctx, proto.StreamGroups)
+	st, err := js.Stream(ctx, proto.StreamGroups) // fetches the stream's info
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return err
-	}
-	cfg := info.Config
+	cfg := st.CachedInfo().Config
 	changed := false
 	for _, s := range proto.Streams {
 		if s.Name != proto.StreamGroups {
