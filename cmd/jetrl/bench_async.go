@@ -79,6 +79,7 @@ type benchAsyncCmd struct {
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of both modes to this file (go tool pprof)."`
 	From          []string      `name:"from" type:"existingfile" help:"Instead of running, pool the pairs of these earlier runs' --json output (their workloads must agree but for the seed, and for the epochs when each run calibrated its own) and print their summary over all pairs."`
+	Versus        []string      `name:"versus" type:"existingfile" help:"With --from: pool these runs too (the same workload) and compare their async - sync held-out with --from's, at the end of the window and along it: over every pair, and paired by the seeds both pools hold once (two binaries alternated on the same seeds)."`
 	// policyBits, if set, shrinks the policy (log2 of its weights) for the smoke tests; not a flag.
 	policyBits int
 	// progress, if set, takes the progress lines instead of stderr (the smoke tests read them); not a flag.
@@ -120,7 +121,9 @@ type asyncBenchResult struct {
 	// held-out differences: each run's mean, and whether the runs' means spread more than their pairs' spread
 	// within each run predicts (a run-level cause: a change of code or machine between them).
 	HeldOutRuns *heldOutRuns `json:"heldout_runs,omitempty"`
-	Pairs       []*asyncPair `json:"pairs"`
+	// Versus, with --versus, compares the --versus runs' held-out differences with these (--from's).
+	Versus *heldOutVersus `json:"versus,omitempty"`
+	Pairs  []*asyncPair   `json:"pairs"`
 	// Sync and Async are the first pair's details.
 	Sync     *trialResult  `json:"sync"`
 	Async    *trialResult  `json:"async"`
@@ -269,6 +272,9 @@ func (c *benchAsyncCmd) Validate() error {
 	if !(c.Cut >= 0 && c.Cut <= 1) {
 		errs = append(errs, fmt.Errorf("--cut %v must be a share in [0, 1]", c.Cut))
 	}
+	if len(c.Versus) > 0 && len(c.From) == 0 {
+		errs = append(errs, errors.New("--versus compares with the runs of --from, which is missing"))
+	}
 	if c.Seeds < 1 {
 		errs = append(errs, fmt.Errorf("--seeds %d must be at least 1", c.Seeds))
 	}
@@ -323,7 +329,9 @@ func (c *benchAsyncCmd) trial(eta int) trialConfig {
 		Mesh: mesh.Config{
 			Tasks: c.Tasks, Seed: c.Seed, GroupSize: c.GroupSize, BatchSize: c.BatchSize, MaxBatchSize: c.BatchSize, MaxQueued: c.MaxQueued, Lead: c.Lead, Cut: c.Cut, TurnStaleness: c.TurnStale, StopStale: c.StopStale, Eta: eta,
 			EnvHosts: c.EnvHosts, Rollouts: 1, Trainer: tcfg, Normalizer: normalizer.DefaultConfig(),
-			Rollout: rollout.Config{Concurrency: c.concurrency()},
+			// A fixed replica id: the groups' instances follow --seed (the rollout draws them from its seed
+			// and id), the same sequence in both modes.
+			Rollout: rollout.Config{ID: "bench", Concurrency: c.concurrency()},
 		},
 		Latency: c.latency(), WarmupBatches: c.Warmup, Episodes: c.Episodes,
 		EvalEpisodes: c.EvalEpisodes, EvalSeed: c.Seed + 1, HeldOutPoints: c.HeldOutPoints, Timeout: c.Timeout,
@@ -338,12 +346,18 @@ func (c *benchAsyncCmd) Run(g *globals) error {
 		if err != nil {
 			return err
 		}
+		if len(c.Versus) > 0 {
+			if res.Versus, err = poolVersus(c.From, c.Versus, res); err != nil {
+				return err
+			}
+		}
 		if c.JSON {
 			return benchPrintJSON(res)
 		}
 		pc := *c // the table shows the pooled runs' settings, not this command's flags
 		pc.Eta, pc.TurnStale, pc.HeldOutPoints = res.Eta, res.Workload.TurnStaleness, res.Workload.HeldOutPoints
 		pc.printTable(res)
+		printVersus(res.Versus, len(res.Pairs))
 		return nil
 	}
 	stopProfile, err := benchCPUProfile(c.CPUProfile)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/gonum/stat/distuv"
+
 	"github.com/jetrl/jetrl/shared/policy"
 )
 
@@ -365,6 +367,20 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 	}
 	if _, err := poolAsyncResults([]string{a, bad}); err == nil || !strings.Contains(err.Error(), "no pairs") {
 		t.Errorf("pooling a file without pairs: err = %v, want one saying so", err)
+	}
+	// --versus: the run against itself moves nothing, paired by both seeds; one pair against another of
+	// another seed pairs none and has no spread to compare by; a run of another workload is refused.
+	v, err := poolVersus([]string{a, b}, []string{b, a}, pooled)
+	if err != nil || v.Seeds != 2 || v.Pairs != 2 || v.PairedEnd == nil || v.PairedEnd.Delta != 0 || v.PairedEnd.CI95 != [2]float64{0, 0} ||
+		v.End == nil || !near(v.End.Delta, 0) || v.PairedCurveAsync == nil || v.PairedCurveAsync.Delta != 0 {
+		t.Errorf("the run versus itself: %v, %+v; want both seeds paired, every delta 0", err, v)
+	}
+	if v, err := poolVersus([]string{a}, []string{b}, one(0, nil)); err != nil || v.Seeds != 0 || v.End != nil || v.PairedEnd != nil {
+		t.Errorf("one pair versus another seed's: %v, %+v; want nothing paired or compared", err, v)
+	}
+	lead := write("lead.json", one(1, func(r *asyncBenchResult) { r.Workload.LeadMS = 250 }))
+	if _, err := poolVersus([]string{a}, []string{lead}, one(0, nil)); err == nil || !strings.Contains(err.Error(), "lead_ms") {
+		t.Errorf("versus a run of another workload: err = %v, want it refused", err)
 	}
 }
 
@@ -897,6 +913,56 @@ func TestCompareRuns(t *testing.T) {
 	}
 	if r := compareRuns([]string{"a", "b"}, []int{2, 2}, pairs(0.1, 0.1, 0.2, 0.2)); r != nil {
 		t.Errorf("runs without a spread within compared: %+v", r)
+	}
+}
+
+// --versus compares two pools' async - sync held-out differences: over every pair by Welch's interval,
+// and paired by the seeds both pools hold once.
+func TestCompareVersus(t *testing.T) {
+	pair := func(seed uint64, d, sync float64) *asyncPair {
+		cs, ca := sync, sync+2*d // along the window, twice the end's difference
+		return &asyncPair{Seed: seed, HeldOutSync: 0.5, HeldOutAsync: 0.5 + d, HeldOutCurveSync: &cs, HeldOutCurveAsync: &ca}
+	}
+	from := &asyncBenchResult{Pairs: []*asyncPair{pair(1, 0.1, 0.4), pair(2, 0.2, 0.4), pair(3, 0.3, 0.4), pair(4, 0.2, 0.4)}}
+	// Seed 4 twice in versus: not paired; seed 5 only in versus: not paired either.
+	versus := &asyncBenchResult{Pairs: []*asyncPair{pair(1, 0.2, 0.4), pair(2, 0.2, 0.5), pair(3, 0.5, 0.4), pair(4, 0.0, 0.4), pair(4, 0.1, 0.4), pair(5, 0.3, 0.4)}}
+	for i, p := range append(slices.Clone(from.Pairs), versus.Pairs...) {
+		p.Async = &trialResult{DroppedStale: 100}
+		if i >= len(from.Pairs) {
+			p.Async.DroppedStale += int64(30 * (i - len(from.Pairs))) // versus seeds 1, 2, 3: +0, +30, +60
+		}
+	}
+	near := func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }
+	half := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: 2}.Quantile(0.975) * 0.1 / math.Sqrt(3) // t(0.975, 2) = 4.3027
+	v := compareVersus(from, versus, []string{"v.json"})
+	if d := v.PairedDroppedStale; d == nil || !near(d.Delta, 30) || !near(d.From, 100) || !near(d.CI95[1]-d.Delta, 300*half) {
+		t.Errorf("paired stale drops %+v; want +30, its interval the end's times 300", d)
+	}
+	// Paired over seeds 1-3: deltas 0.1, 0.0, 0.2, mean 0.1, std 0.1 on 2 degrees of freedom.
+	if v.Seeds != 3 || v.Pairs != 6 || v.PairedEnd == nil || !near(v.PairedEnd.Delta, 0.1) || !near(v.PairedEnd.From, 0.2) ||
+		!near(v.PairedEnd.Versus, 0.3) || !near(v.PairedEnd.CI95[0], 0.1-half) || !near(v.PairedEnd.CI95[1], 0.1+half) {
+		t.Errorf("paired end %+v over %d seeds; want seeds 1-3, delta 0.1 [%v, %v]", v.PairedEnd, v.Seeds, 0.1-half, 0.1+half)
+	}
+	if v.PairedCurve == nil || !near(v.PairedCurve.Delta, 0.2) || !near(v.PairedCurve.CI95[1], 0.2+2*half) {
+		t.Errorf("paired curve %+v; want twice the end's delta and interval", v.PairedCurve)
+	}
+	// Seed 2's sync curve rose 0.1 in versus: sync alone +0.1/3; async alone the rest.
+	if v.PairedCurveSync == nil || !near(v.PairedCurveSync.Delta, 0.1/3) || v.PairedCurveAsync == nil || !near(v.PairedCurveAsync.Delta, 0.2+0.1/3) {
+		t.Errorf("each mode alone: sync %+v, async %+v; want +%v and +%v", v.PairedCurveSync, v.PairedCurveAsync, 0.1/3, 0.2+0.1/3)
+	}
+	// Every pair: from 0.1, 0.2, 0.3, 0.2 (mean 0.2, variance 0.02/3); versus 0.2, 0.2, 0.5, 0.0, 0.1, 0.3
+	// (mean 1.3/6, variance (0.43 - 6*(1.3/6)^2)/5). Welch's degrees of freedom from those.
+	va, vb := 0.02/3/4, (0.43-6*(1.3/6)*(1.3/6))/5/6
+	df := (va + vb) * (va + vb) / (va*va/3 + vb*vb/5)
+	wh := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Quantile(0.975) * math.Sqrt(va+vb)
+	if v.End == nil || !near(v.End.Delta, 1.3/6-0.2) || !near(v.End.CI95[0], 1.3/6-0.2-wh) || !near(v.End.CI95[1], 1.3/6-0.2+wh) {
+		t.Errorf("every pair %+v; want delta %v, half-width %v on %.2f degrees of freedom", v.End, 1.3/6-0.2, wh, df)
+	}
+	// Without curves, nothing along the window; one seed in common is too few to pair.
+	noCurve := &asyncBenchResult{Pairs: []*asyncPair{{Seed: 1, HeldOutSync: 0.5, HeldOutAsync: 0.6}, {Seed: 9, HeldOutSync: 0.5, HeldOutAsync: 0.4}}}
+	v = compareVersus(from, noCurve, nil)
+	if v.Curve != nil || v.Seeds != 1 || v.PairedEnd != nil || v.End == nil {
+		t.Errorf("versus pairs without curves, one seed in common: %+v; want the end compared, nothing along the window, nothing paired", v)
 	}
 }
 

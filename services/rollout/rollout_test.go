@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,39 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 	// A replica that stops cleanly takes its last claim away with it.
 	if a := m.admitted(t); len(a.Claims) != 0 {
 		t.Fatalf("claims %+v after the replica stopped, want none", a.Claims)
+	}
+}
+
+// A replica's groups play the instances its seed and id choose, in admission order: the same in every run
+// with the same id (bench async-vs-sync's --seed relies on it), others under another id.
+func TestGroupInstancesFollowTheReplicasSeedAndID(t *testing.T) {
+	seeds := func(id string) []uint64 {
+		m := newMesh(t)
+		m.startHost(t)
+		m.publishModel(t, newModel(t, 1), 0, "")
+		r, err := rollout.New(rollout.Config{ID: id, Tasks: []string{alfworld.Name}, GroupSize: 4, BatchSize: 8, Eta: 0,
+			Concurrency: 8, Seed: 1, CallTimeout: 5 * time.Second}, rollout.Deps{Conn: m.conn(t), Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := run(t, r)
+		eventually(t, 20*time.Second, "8 episodes", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 8 })
+		stop()
+		var out []uint64
+		for _, ep := range m.episodes(t) {
+			if !slices.Contains(out, ep.Seed) {
+				out = append(out, ep.Seed)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	a, again, b := seeds("replica-a"), seeds("replica-a"), seeds("replica-b")
+	if len(a) != 2 || !slices.Equal(a, again) {
+		t.Fatalf("instances of two runs of replica-a: %v and %v; want the same two", a, again)
+	}
+	if len(b) != 2 || slices.Equal(a, b) {
+		t.Fatalf("instances of replica-a %v and replica-b %v; want two each, not the same", a, b)
 	}
 }
 

@@ -184,6 +184,11 @@ func (m *Mesh) StartRollouts(ctx context.Context) error {
 			return err
 		}
 		rc := m.cfg.Rollout
+		if rc.ID != "" {
+			// A template's id names every replica it starts, each with its number: an id that does not change
+			// from run to run keeps the replica's groups (the instances they play) those of its seed.
+			rc.ID = fmt.Sprintf("%s-%d", rc.ID, m.rollouts+1)
+		}
 		rc.Tasks, rc.TaskWeights, rc.GroupSize, rc.BatchSize, rc.Eta = m.cfg.Tasks, m.cfg.TaskWeights, m.cfg.GroupSize, m.cfg.BatchSize, m.cfg.Eta
 		rc.Seed, rc.StaleProb = m.cfg.Seed+uint64(i)*7919, m.cfg.StaleProb
 		rc.StopStale = m.cfg.StopStale && !m.cfg.TurnStaleness
