@@ -493,12 +493,7 @@ func (res *asyncBenchResult) summarize() error {
 		}
 	}
 	if len(curveSync) == len(res.Pairs) && len(curveSync) > 0 {
-		d := make([]float64, len(curveSync))
-		var cs, ca float64
-		for i := range d {
-			d[i] = curveAsync[i] - curveSync[i]
-			cs, ca = cs+curveSync[i]/float64(len(d)), ca+curveAsync[i]/float64(len(d))
-		}
+		d, cs, ca := pairedDiffs(curveSync, curveAsync)
 		mean, _, ci := pairedInterval(d)
 		res.HeldOutCurveSync, res.HeldOutCurveAsync, res.HeldOutCurveDiffMean = &cs, &ca, &mean
 		if len(d) > 1 {
@@ -748,6 +743,16 @@ func pairedInterval(d []float64) (mean, std float64, ci [2]float64) {
 	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(st.N - 1)}.Quantile(0.975)
 	half := t * st.Std / math.Sqrt(float64(st.N))
 	return st.Mean, st.Std, [2]float64{st.Mean - half, st.Mean + half}
+}
+
+// pairedDiffs is b[i] - a[i] for each i, with the means of a and b.
+func pairedDiffs(a, b []float64) (d []float64, meanA, meanB float64) {
+	d = make([]float64, len(a))
+	for i := range d {
+		d[i] = b[i] - a[i]
+		meanA, meanB = meanA+a[i]/float64(len(d)), meanB+b[i]/float64(len(d))
+	}
+	return d, meanA, meanB
 }
 
 func benchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

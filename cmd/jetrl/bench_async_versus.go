@@ -166,12 +166,7 @@ func pairedDelta(a, b []*asyncPair, f func(*asyncPair) (float64, bool)) *versusD
 	if len(a) < 2 || va == nil || vb == nil {
 		return nil
 	}
-	d := make([]float64, len(va))
-	var ma, mb float64
-	for i := range d {
-		d[i] = vb[i] - va[i]
-		ma, mb = ma+va[i]/float64(len(d)), mb+vb[i]/float64(len(d))
-	}
+	d, ma, mb := pairedDiffs(va, vb)
 	mean, _, ci := pairedInterval(d)
 	if math.IsNaN(mean) {
 		return nil
