@@ -196,8 +196,10 @@ type group struct {
 	listedAt  time.Time
 	// startVersion is the version the group was admitted under (its members' StartVersion).
 	startVersion int64
-	members      map[string]member
-	firstSeen    time.Time
+	// seed is the instance its members play (their Seed; 0 until one has arrived).
+	seed      uint64
+	members   map[string]member
+	firstSeen time.Time
 	// marker is the group's start marker (StreamGroups), held unacked until the group is settled, so a
 	// restarted buffer still times out a group whose rollout died before publishing any member.
 	marker jetstream.Msg
@@ -764,6 +766,7 @@ func (b *Buffer) receive(ctx context.Context, js jetstream.JetStream, m jetstrea
 		return
 	}
 	g.members[ep.ID] = member{ep: ep, msg: m}
+	g.seed = ep.Seed
 	b.episodes.WithLabelValues(ep.Task, "received").Inc()
 	if len(g.members) >= g.size {
 		b.makeReady(g)
@@ -1225,9 +1228,14 @@ func (b *Buffer) close(ctx context.Context, counter *admission.Counter, v int64,
 	}
 }
 
-// sortReady puts the oldest admissions first: they are the nearest to the staleness bound.
+// sortReady puts the oldest admissions first: they are the nearest to the staleness bound. Groups of one
+// admission version go by their instance (seed, task, id), not by the order they finished in: the groups
+// of a batch come in the same order whenever they are played, and so do the trainer's sums over them.
 func (b *Buffer) sortReady() {
-	slices.SortStableFunc(b.ready, func(x, y *group) int { return cmp.Compare(x.startVersion, y.startVersion) })
+	slices.SortFunc(b.ready, func(x, y *group) int {
+		return cmp.Or(cmp.Compare(x.startVersion, y.startVersion), cmp.Compare(x.seed, y.seed),
+			cmp.Compare(x.task, y.task), cmp.Compare(x.id, y.id))
+	})
 }
 
 // compose goes through the ready groups (sorted, oldest admission first) as a batch composed for trainer

@@ -38,6 +38,37 @@ func TestOldestAdmissionsAreBatchedFirst(t *testing.T) {
 	}
 }
 
+// Groups of one admission version are batched in the order of their instances (seed, then task), not in
+// the order they completed: a batch's groups come in one order whenever they are played.
+func TestGroupsOfOneVersionAreBatchedByInstance(t *testing.T) {
+	m := newMesh(t)
+	r := m.startBuffer(t, replaybuffer.Config{BatchSize: 8, MaxBatchSize: 8, Eta: 2, GroupTimeout: time.Minute})
+	// Completed (both members in) in an order that is neither the seeds' nor the ids'.
+	groups := []struct {
+		id, task string
+		seed     uint64
+	}{{"g-a", "alfworld", 30}, {"g-b", "alfworld", 10}, {"g-c", "webshop", 20}, {"g-d", "alfworld", 20}}
+	for _, g := range groups {
+		for k := range 2 {
+			e := ep(g.id, k, 2, 0)
+			e.Task, e.Seed = g.task, g.seed
+			m.publish(t, e, "")
+		}
+	}
+	eventually(t, 10*time.Second, "8 episodes received", func() bool { return r.b.Stats().Received == 8 })
+	m.setVersion(t, 0)
+	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
+	var order []string
+	for _, e := range m.batch(t, 1).Episodes {
+		if len(order) == 0 || order[len(order)-1] != e.GroupID {
+			order = append(order, e.GroupID)
+		}
+	}
+	if want := []string{"g-b", "g-d", "g-c", "g-a"}; !slices.Equal(order, want) {
+		t.Fatalf("groups in the batch %v, want by seed then task %v", order, want)
+	}
+}
+
 // With MaxQueued 2, a third batch waits in the buffer until the trainer takes one of the two queued.
 func TestReleaseWaitsWhileTheTrainerHasEnoughQueued(t *testing.T) {
 	m := newMesh(t)

@@ -14,7 +14,17 @@ import (
 // Actor picks one candidate per turn and says which policy produced the choice.
 // The built-in WeightsPool is one Actor; an LLM served over an OpenAI-compatible API can be another.
 type Actor interface {
-	Act(ctx context.Context, in policy.Input) (Action, error)
+	Act(ctx context.Context, in policy.Input, d Draw) (Action, error)
+}
+
+// Draw names the turn an action is for: the instance's seed, the episode's place in its group and the
+// turn's number. A sampling actor draws its randomness from it (WeightsPool does), so a turn samples the
+// same whenever it is played and whatever else is in play: two runs of one seed differ only where their
+// policies or timing do.
+type Draw struct {
+	Seed   uint64
+	Member int
+	Turn   int
 }
 
 // Action is an actor's choice for one turn.
@@ -27,8 +37,11 @@ type Action struct {
 
 // EpisodeSpec says which instance to play and how the episode is named.
 type EpisodeSpec struct {
-	ID, GroupID  string
-	GroupSize    int
+	ID, GroupID string
+	GroupSize   int
+	// Member is the episode's place in its group (0 to GroupSize-1): the group's members play one instance,
+	// and each samples its own turns (Draw).
+	Member       int
 	Task, Split  string
 	Seed         uint64
 	RolloutID    string
@@ -82,7 +95,7 @@ func RunEpisode(ctx context.Context, env *envclient.Client, actor Actor, spec Ep
 			cands[i] = c.Text()
 		}
 		in := policy.Input{Task: spec.Task, Instruction: ep.Instruction, Observation: obs, History: policy.HistoryWindow(history), Candidates: cands}
-		act, err := actor.Act(ctx, in)
+		act, err := actor.Act(ctx, in, Draw{Seed: spec.Seed, Member: spec.Member, Turn: turn})
 		if err != nil {
 			_ = env.Cancel(context.WithoutCancel(ctx), start.HostID, start.SessionID)
 			return infra(fmt.Errorf("policy: %w", err))

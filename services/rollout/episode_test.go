@@ -80,7 +80,7 @@ type solverActor struct {
 	last  string
 }
 
-func (a *solverActor) Act(_ context.Context, in policy.Input) (rollout.Action, error) {
+func (a *solverActor) Act(_ context.Context, in policy.Input, _ rollout.Draw) (rollout.Action, error) {
 	want := a.local.Solve()
 	if _, err := a.local.Step(want); err != nil {
 		return rollout.Action{}, err
@@ -117,11 +117,11 @@ type stopAfter struct {
 	stop  func()
 }
 
-func (a *stopAfter) Act(ctx context.Context, in policy.Input) (rollout.Action, error) {
+func (a *stopAfter) Act(ctx context.Context, in policy.Input, d rollout.Draw) (rollout.Action, error) {
 	if a.calls.Add(1) == a.n {
 		a.stop()
 	}
-	return a.Actor.Act(ctx, in)
+	return a.Actor.Act(ctx, in, d)
 }
 
 func TestEnvHostGoneMidEpisodeIsAnInfraFailure(t *testing.T) {

@@ -65,8 +65,12 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 	var mu sync.Mutex
 	sum := map[string]*EvalResult{}
 	firstErr := map[string]error{} // the first episode error of each task
+	// rewards[task][i] is episode i's reward (0 unless played to its end), summed in index order at the
+	// end: a sum in the order the episodes finished would differ in its last digits from run to run.
+	rewards := map[string][]float64{}
 	for _, t := range cfg.Tasks {
 		sum[t] = &EvalResult{}
+		rewards[t] = make([]float64, cfg.Episodes)
 	}
 	var wg sync.WaitGroup
 	for w := 0; w < cfg.Concurrency; w++ {
@@ -91,7 +95,7 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 					r.InfraFailures++
 				} else {
 					r.Episodes++
-					r.MeanReward += ep.Reward
+					rewards[j.task][j.i] = ep.Reward
 					r.MeanTurns += float64(len(ep.Turns))
 					if ep.Success() {
 						r.Success++
@@ -133,6 +137,9 @@ feed:
 		}
 	}
 	for t, r := range sum {
+		for _, x := range rewards[t] {
+			r.MeanReward += x
+		}
 		if r.Episodes > 0 {
 			r.Success /= float64(r.Episodes)
 			r.MeanReward /= float64(r.Episodes)

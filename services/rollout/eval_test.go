@@ -17,7 +17,7 @@ import (
 // firstActor always picks the first candidate.
 type firstActor struct{}
 
-func (firstActor) Act(context.Context, policy.Input) (rollout.Action, error) {
+func (firstActor) Act(context.Context, policy.Input, rollout.Draw) (rollout.Action, error) {
 	return rollout.Action{Choice: 0, Version: 1, Policy: proto.PolicyCurrent}, nil
 }
 

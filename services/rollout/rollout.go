@@ -471,7 +471,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 		}
 		for k := 0; k < r.cfg.GroupSize; k++ {
 			spec := EpisodeSpec{
-				ID: fmt.Sprintf("%s-%d", groupID, k), GroupID: groupID, GroupSize: r.cfg.GroupSize,
+				ID: fmt.Sprintf("%s-%d", groupID, k), GroupID: groupID, GroupSize: r.cfg.GroupSize, Member: k,
 				Task: task, Split: proto.SplitTrain, Seed: seed, RolloutID: r.cfg.ID, StartVersion: v, Expired: expired,
 			}
 			wg.Add(1)

@@ -3,6 +3,8 @@ package rollout_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -161,7 +163,9 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 // A replica's groups play the instances its seed and id choose, in admission order: the same in every run
 // with the same id (bench async-vs-sync's --seed relies on it), others under another id.
 func TestGroupInstancesFollowTheReplicasSeedAndID(t *testing.T) {
-	seeds := func(id string) []uint64 {
+	// plays runs a replica to 8 episodes (two groups of 4) under one policy version and returns the
+	// instances it played and, by instance and member, the candidates each turn chose.
+	plays := func(id string) ([]uint64, map[string][]int) {
 		m := newMesh(t)
 		m.startHost(t)
 		m.publishModel(t, newModel(t, 1), 0, "")
@@ -173,21 +177,46 @@ func TestGroupInstancesFollowTheReplicasSeedAndID(t *testing.T) {
 		stop := run(t, r)
 		eventually(t, 20*time.Second, "8 episodes", func() bool { return m.msgs(t, proto.StreamEpisodes) >= 8 })
 		stop()
-		var out []uint64
+		var seeds []uint64
+		chose := map[string][]int{}
 		for _, ep := range m.episodes(t) {
-			if !slices.Contains(out, ep.Seed) {
-				out = append(out, ep.Seed)
+			if !slices.Contains(seeds, ep.Seed) {
+				seeds = append(seeds, ep.Seed)
+			}
+			key := fmt.Sprintf("%d/%s", ep.Seed, strings.TrimPrefix(ep.ID, ep.GroupID))
+			for _, turn := range ep.Turns {
+				chose[key] = append(chose[key], turn.Chosen)
 			}
 		}
-		slices.Sort(out)
-		return out
+		slices.Sort(seeds)
+		return seeds, chose
 	}
-	a, again, b := seeds("replica-a"), seeds("replica-a"), seeds("replica-b")
+	a, aPlays := plays("replica-a")
+	again, againPlays := plays("replica-a")
+	b, _ := plays("replica-b")
 	if len(a) != 2 || !slices.Equal(a, again) {
 		t.Fatalf("instances of two runs of replica-a: %v and %v; want the same two", a, again)
 	}
 	if len(b) != 2 || slices.Equal(a, b) {
 		t.Fatalf("instances of replica-a %v and replica-b %v; want two each, not the same", a, b)
+	}
+	// Each turn samples from its own draw (instance, member, turn), not from a sampler shared by the
+	// episodes in play: two runs of one seed under one policy choose alike, turn for turn.
+	if len(aPlays) != 8 || !maps.EqualFunc(aPlays, againPlays, slices.Equal) {
+		t.Fatalf("choices of two runs of replica-a differ:\n%v\n%v", aPlays, againPlays)
+	}
+	// The members of a group draw apart: they do not all play the same game.
+	for _, seed := range a {
+		first := aPlays[fmt.Sprintf("%d/-0", seed)]
+		same := 0
+		for k := 1; k < 4; k++ {
+			if slices.Equal(first, aPlays[fmt.Sprintf("%d/-%d", seed, k)]) {
+				same++
+			}
+		}
+		if same == 3 {
+			t.Fatalf("the four members of instance %d chose alike: %v", seed, first)
+		}
 	}
 }
 

@@ -44,8 +44,8 @@ type WeightsPool struct {
 	// checkpointProb is set with the checkpoint, before the pool is shared.
 	checkpointProb float64
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	// seed salts every turn's draw (Act).
+	seed uint64
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed by the next Set
@@ -53,7 +53,7 @@ type WeightsPool struct {
 
 // NewWeightsPool returns an empty pool; Set or Watch loads it.
 func NewWeightsPool(staleEvery int64, staleProb float64, greedy bool, seed uint64) *WeightsPool {
-	return &WeightsPool{staleEvery: staleEvery, staleProb: staleProb, greedy: greedy, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &WeightsPool{staleEvery: staleEvery, staleProb: staleProb, greedy: greedy, seed: seed}
 }
 
 // Set installs a model as the current policy, refreshing the stale copy when its period comes round.
@@ -123,38 +123,44 @@ func (p *WeightsPool) Consumed() int64 {
 	return 0
 }
 
-// Act samples (or, in greedy mode, takes the best) candidate under a policy drawn from the pool.
-func (p *WeightsPool) Act(_ context.Context, in policy.Input) (Action, error) {
+// Act samples (or, in greedy mode, takes the best) candidate under a policy drawn from the pool. The draws
+// (which member of the pool, which candidate) come from the turn's Draw and the pool's seed alone, not
+// from the order in which the episodes in play ask.
+func (p *WeightsPool) Act(_ context.Context, in policy.Input, d Draw) (Action, error) {
 	cur := p.current.Load()
 	if cur == nil {
 		return Action{}, errors.New("no policy loaded yet")
 	}
-	member, name := cur, proto.PolicyCurrent
-	p.mu.Lock()
-	u := 1.0
-	if !p.greedy && (p.staleProb > 0 || p.checkpointProb > 0) {
-		u = p.rng.Float64()
+	if p.greedy {
+		choice, lp := cur.model.Greedy(in)
+		if choice < 0 {
+			return Action{}, fmt.Errorf("policy picked nothing from %d candidates", len(in.Candidates))
+		}
+		return Action{Choice: choice, LogProb: lp, Version: cur.version, Policy: proto.PolicyCurrent}, nil
 	}
-	var seed1, seed2 uint64 = p.rng.Uint64(), p.rng.Uint64()
-	p.mu.Unlock()
-	if !p.greedy {
+	rng := rand.New(rand.NewPCG(mix64(p.seed^mix64(d.Seed)), mix64(uint64(uint32(d.Member))<<32|uint64(uint32(d.Turn)))))
+	member, name := cur, proto.PolicyCurrent
+	if p.staleProb > 0 || p.checkpointProb > 0 {
+		u := rng.Float64()
 		if c := p.checkpoint.Load(); c != nil && u < p.checkpointProb {
 			member, name = c, proto.PolicyCheckpoint
 		} else if s := p.stale.Load(); u >= p.checkpointProb && u < p.checkpointProb+p.staleProb && s != nil && s.version != cur.version {
 			member, name = s, proto.PolicyStale
 		}
 	}
-	var choice int
-	var lp float64
-	if p.greedy {
-		choice, lp = member.model.Greedy(in)
-	} else {
-		choice, lp = member.model.Sample(in, rand.New(rand.NewPCG(seed1, seed2)))
-	}
+	choice, lp := member.model.Sample(in, rng)
 	if choice < 0 {
 		return Action{}, fmt.Errorf("policy picked nothing from %d candidates", len(in.Candidates))
 	}
 	return Action{Choice: choice, LogProb: lp, Version: member.version, Policy: name}, nil
+}
+
+// mix64 is SplitMix64's finalizer: nearby inputs (seeds, turn numbers) give unrelated outputs.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // WeightsSource loads published policies: the version record from KV and the weights from the Object Store.

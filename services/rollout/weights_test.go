@@ -48,7 +48,7 @@ func TestWeightsPoolRefreshesStaleCopyEveryStaleEvery(t *testing.T) {
 				if pool.Version() != v {
 					t.Fatalf("Version() = %d after Set(%d)", pool.Version(), v)
 				}
-				act, err := pool.Act(context.Background(), sampleInput)
+				act, err := pool.Act(context.Background(), sampleInput, rollout.Draw{Turn: i})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -68,7 +68,7 @@ func TestWeightsPoolRefreshesStaleCopyEveryStaleEvery(t *testing.T) {
 func TestWeightsPoolActRecordsPolicyAndVersion(t *testing.T) {
 	old, cur := newModel(t, 1), newModel(t, 2)
 	pool := rollout.NewWeightsPool(10, 0.25, false, 7)
-	if _, err := pool.Act(context.Background(), sampleInput); err == nil {
+	if _, err := pool.Act(context.Background(), sampleInput, rollout.Draw{}); err == nil {
 		t.Fatal("Act before any policy was loaded succeeded")
 	}
 	if pool.Version() != -1 {
@@ -78,8 +78,8 @@ func TestWeightsPoolActRecordsPolicyAndVersion(t *testing.T) {
 	pool.Set(cur, 11)
 	counts := map[string]int{}
 	const n = 2000
-	for range n {
-		act, err := pool.Act(context.Background(), sampleInput)
+	for i := range n {
+		act, err := pool.Act(context.Background(), sampleInput, rollout.Draw{Seed: uint64(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,6 +105,98 @@ func TestWeightsPoolActRecordsPolicyAndVersion(t *testing.T) {
 	}
 }
 
+// A turn's draws (which pool member, which candidate) follow its Draw and the pool's seed, not the order in
+// which turns ask: two pools of one seed, one asked in order and one asked backwards from many goroutines at
+// once, act alike turn for turn; another seed, or another member of the group, acts otherwise.
+func TestWeightsPoolDrawsFollowTheTurnNotTheOrder(t *testing.T) {
+	old, cur := newModel(t, 1), newModel(t, 2)
+	newPool := func(seed uint64) *rollout.WeightsPool {
+		p := rollout.NewWeightsPool(10, 0.25, false, seed)
+		p.Set(old, 10)
+		p.Set(cur, 11)
+		return p
+	}
+	var draws []rollout.Draw
+	for seed := range uint64(8) {
+		for member := range 4 {
+			for turn := range 16 {
+				draws = append(draws, rollout.Draw{Seed: 1000 + seed, Member: member, Turn: turn})
+			}
+		}
+	}
+	act := func(p *rollout.WeightsPool, d rollout.Draw) rollout.Action {
+		a, err := p.Act(context.Background(), sampleInput, d)
+		if err != nil {
+			t.Error(err)
+		}
+		return a
+	}
+	inOrder := make([]rollout.Action, len(draws))
+	p := newPool(5)
+	for i, d := range draws {
+		inOrder[i] = act(p, d)
+	}
+	backwards := make([]rollout.Action, len(draws))
+	p = newPool(5)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				backwards[i] = act(p, draws[i])
+			}
+		}()
+	}
+	for i := len(draws) - 1; i >= 0; i-- {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if !slices.Equal(inOrder, backwards) {
+		t.Fatal("one seed's pool acted otherwise when the turns came in another order")
+	}
+	stale, choices := 0, map[int]int{}
+	for _, a := range inOrder {
+		if a.Policy == proto.PolicyStale {
+			stale++
+		}
+		choices[a.Choice]++
+	}
+	if f := float64(stale) / float64(len(inOrder)); f < 0.18 || f > 0.32 {
+		t.Fatalf("stale fraction %.3f over %d turns, want about 0.25", f, len(inOrder))
+	}
+	if len(choices) != len(sampleInput.Candidates) {
+		t.Fatalf("choices %v: a near-uniform policy picked only some of the %d candidates", choices, len(sampleInput.Candidates))
+	}
+	differ := func(name string, other func(i int) rollout.Action) {
+		n := 0
+		for i := range draws {
+			if other(i) != inOrder[i] {
+				n++
+			}
+		}
+		// A near-uniform policy over four candidates: an independent draw agrees about a quarter of the time.
+		if n < len(draws)/2 {
+			t.Errorf("%s: %d of %d turns acted otherwise, want most", name, n, len(draws))
+		}
+	}
+	p = newPool(6)
+	differ("another pool seed", func(i int) rollout.Action { return act(p, draws[i]) })
+	q := newPool(5)
+	differ("the next member", func(i int) rollout.Action {
+		d := draws[i]
+		d.Member = (d.Member + 1) % 4
+		return act(q, d)
+	})
+	differ("the next turn", func(i int) rollout.Action {
+		d := draws[i]
+		d.Turn += 16
+		return act(q, d)
+	})
+}
+
 func TestWeightsPoolGreedy(t *testing.T) {
 	m := newModel(t, 3)
 	pool := rollout.NewWeightsPool(10, 0.9, true, 1)
@@ -117,8 +209,8 @@ func TestWeightsPoolGreedy(t *testing.T) {
 			best = i
 		}
 	}
-	for range 20 {
-		act, err := pool.Act(context.Background(), sampleInput)
+	for i := range 20 {
+		act, err := pool.Act(context.Background(), sampleInput, rollout.Draw{Seed: uint64(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +305,7 @@ func TestWeightsSourceWatchFollowsNewVersions(t *testing.T) {
 	if got := loaded(); !slices.Equal(got, []int64{0, 1, 3, 4}) {
 		t.Fatalf("loaded versions %v, want [0 1 3 4]", got)
 	}
-	act, err := pool.Act(context.Background(), sampleInput)
+	act, err := pool.Act(context.Background(), sampleInput, rollout.Draw{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +332,8 @@ func TestWeightsPoolCheckpointMember(t *testing.T) {
 	pool.Set(cur, 11)
 	counts := map[string]int{}
 	const n = 4000
-	for range n {
-		act, err := pool.Act(context.Background(), sampleInput)
+	for i := range n {
+		act, err := pool.Act(context.Background(), sampleInput, rollout.Draw{Seed: uint64(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,8 +367,8 @@ func TestWeightsPoolCheckpointMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	greedy.Set(cur, 11)
-	for range 50 {
-		if act, _ := greedy.Act(context.Background(), sampleInput); act.Policy != proto.PolicyCurrent {
+	for i := range 50 {
+		if act, _ := greedy.Act(context.Background(), sampleInput, rollout.Draw{Seed: uint64(i)}); act.Policy != proto.PolicyCurrent {
 			t.Fatalf("greedy turn by %s", act.Policy)
 		}
 	}
