@@ -198,6 +198,9 @@ type asyncWorkload struct {
 	// PooledFrom names the files whose pairs were pooled (--from); Epochs and LearningRate are then 0 when
 	// the pairs' epochs differ (each pair has its own).
 	PooledFrom []string `json:"pooled_from,omitempty"`
+	// Calibrated says that every run pooled calibrated its own epochs (their Calibration is in their own
+	// files), so the pooled output pools again with calibrated runs whatever their epochs.
+	Calibrated bool `json:"calibrated,omitempty"`
 }
 
 // asyncCalibration is how the trainer's epochs were chosen. On two CPU cores the trainer's work per batch is
@@ -854,7 +857,7 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		if r.CurveF != nil {
 			curve = fmt.Sprintf("; along the window F(%d, %d) = %.2f, p = %.2f", r.DF1, r.DF2, *r.CurveF, *r.CurveP)
 		}
-		fmt.Printf("async - sync held-out by run (mean, pairs): %s; between runs F(%d, %d) = %.2f, p = %.2f%s (a small p: the runs differ by more than chance)\n",
+		fmt.Printf("async - sync held-out by run (mean, pairs): %s; between runs F(%d, %d) = %.2f, p = %.2f%s (p is the chance of so large an F if the runs differed by chance alone)\n",
 			strings.Join(parts, ", "), r.DF1, r.DF2, r.F, r.P, curve)
 	}
 	if len(paces) == len(res.Pairs) {

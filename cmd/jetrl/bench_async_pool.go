@@ -21,6 +21,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 	var errs []error
 	var runs []int // pairs per run, in order
 	epochs := map[int]bool{}
+	calibrated := true
 	for _, path := range paths {
 		res, err := readAsyncResult(path)
 		if err != nil {
@@ -41,6 +42,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 			}
 			epochs[p.Epochs] = true
 		}
+		calibrated = calibrated && ranCalibrated(res)
 		out.Pairs = append(out.Pairs, res.Pairs...)
 		out.Workload.PooledFrom = append(out.Workload.PooledFrom, path)
 		runs = append(runs, len(res.Pairs))
@@ -51,6 +53,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 	if len(epochs) > 1 {
 		out.Workload.Epochs, out.Workload.LearningRate = 0, 0
 	}
+	out.Workload.Calibrated = calibrated
 	if err := out.summarize(); err != nil {
 		return nil, fmt.Errorf("pooling %s: %w", strings.Join(paths, ", "), err)
 	}
@@ -172,15 +175,22 @@ func readAsyncResult(path string) (*asyncBenchResult, error) {
 	return &res, nil
 }
 
+// ranCalibrated says whether res's epochs were chosen by calibration: its own, or, for a pooled output,
+// each of its runs'.
+func ranCalibrated(res *asyncBenchResult) bool {
+	return res.Workload.Calibration != nil || res.Workload.Calibrated
+}
+
 // sameAsyncWorkload reports the settings in which res's workload differs from first's. The seed never
 // counts; the epochs and the learning rate (which --lr-epochs derives from them) do not when both runs
 // calibrated their epochs.
 func sameAsyncWorkload(first, res *asyncBenchResult) error {
 	a, b := first.Workload, res.Workload
-	calibrated := a.Calibration != nil && b.Calibration != nil
+	calibrated := ranCalibrated(first) && ranCalibrated(res)
 	a.Seed, b.Seed = 0, 0
 	a.Calibration, b.Calibration = nil, nil
 	a.PooledFrom, b.PooledFrom = nil, nil
+	a.Calibrated, b.Calibrated = false, false
 	if calibrated {
 		a.Epochs, b.Epochs, a.LearningRate, b.LearningRate = 0, 0, 0, 0
 	}

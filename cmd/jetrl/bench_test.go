@@ -347,6 +347,24 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 	}))
 	if p, err := poolAsyncResults([]string{a, c18}); err != nil || p.Workload.Epochs != 0 || p.Pairs[1].Epochs != res.Pairs[1].Epochs+2 {
 		t.Errorf("pooling calibrated runs of other epochs: %v, workload epochs %v; want them pooled, the pair keeping its epochs", err, p)
+	} else if !p.Workload.Calibrated {
+		t.Error("pooled calibrated runs: the pooled workload does not say they calibrated")
+	} else {
+		// The pooled output pools again with a calibrated run of yet other epochs, not with a given-epochs one.
+		again := write("pooled.json", p)
+		c20 := write("c20.json", one(0, func(r *asyncBenchResult) {
+			r.Workload.Epochs, r.Pairs[0].Epochs = r.Workload.Epochs+4, r.Workload.Epochs+4
+		}))
+		if p2, err := poolAsyncResults([]string{again, c20}); err != nil || len(p2.Pairs) != 3 || !p2.Workload.Calibrated {
+			t.Errorf("pooling a pooled output of calibrated runs with another calibrated run: %v, %+v; want three pairs, calibrated", err, p2)
+		}
+		given := write("given.json", one(0, func(r *asyncBenchResult) { r.Workload.Calibration, r.Workload.Epochs = nil, r.Workload.Epochs+4 }))
+		if _, err := poolAsyncResults([]string{again, given}); err == nil || !strings.Contains(err.Error(), "epochs") {
+			t.Errorf("pooling a pooled output of calibrated runs with a given-epochs run of other epochs: err = %v, want it refused", err)
+		}
+		if p3, err := poolAsyncResults([]string{a, given}); err == nil {
+			t.Errorf("pooling a calibrated run with a given-epochs run of other epochs: %+v, want it refused", p3)
+		}
 	}
 	for _, tc := range []struct {
 		name, want string

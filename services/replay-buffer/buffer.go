@@ -226,7 +226,7 @@ type Buffer struct {
 	running atomic.Bool
 
 	groups map[string]*group
-	ready  []*group // complete (or timed out) groups in completion order
+	ready  []*group // complete (or timed out) groups, appended as they complete; sortReady orders them
 	// unsettled holds the groups decided on (in a published batch, or unable to train) whose refund
 	// failed: their members and markers stay unacked, so a restart still accounts for them, and settle
 	// tries them again on every pass of the run loop.

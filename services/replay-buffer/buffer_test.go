@@ -226,7 +226,7 @@ func TestCompleteGroupsAreReleasedAsOneBatch(t *testing.T) {
 	eventually(t, 10*time.Second, "a batch", func() bool { return m.msgs(t, proto.StreamBatches) == 1 })
 	b := m.batch(t, 1)
 	if got, want := ids(b), []string{"g1-0", "g1-1", "g2-0", "g2-1"}; !slices.Equal(got, want) {
-		t.Fatalf("batch holds %v, want %v (whole groups, in completion order)", got, want)
+		t.Fatalf("batch holds %v, want %v (whole groups, by id: their seeds are equal)", got, want)
 	}
 	if b.TrainerVersion != 0 || b.Schema != proto.SchemaVersion || b.ReleasedAt == 0 {
 		t.Fatalf("batch header = %+v", b)

@@ -57,6 +57,13 @@ func Evaluate(ctx context.Context, env *envclient.Client, actor Actor, cfg EvalC
 	if cfg.Episodes <= 0 {
 		return nil, fmt.Errorf("eval: episodes per task must be positive, got %d", cfg.Episodes)
 	}
+	var tasks []string // each task once
+	for _, t := range cfg.Tasks {
+		if !slices.Contains(tasks, t) {
+			tasks = append(tasks, t)
+		}
+	}
+	cfg.Tasks = tasks
 	type job struct {
 		task string
 		i    int

@@ -420,7 +420,18 @@ func (r *Rollout) Run(ctx context.Context) error {
 	defer stopPlay()
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, r.cfg.Concurrency)
-	rng := rand.New(rand.NewPCG(r.cfg.Seed, hashString(r.cfg.ID)))
+	// The instances follow the seed and the id, salted by the admissions started before this run: a fresh
+	// mesh's (none) are fixed by the seed, and a replica restarted under its id (a container's hostname)
+	// does not play its first run's instances again, nor, as each turn's draw follows its instance, draw
+	// their turns again.
+	groupSeed := r.cfg.Seed
+	if a, _, err := counter.Read(ctx); err != nil {
+		groupSeed ^= mix64(hashString(instance))
+		log.Warn().Err(err).Msg("admission counter not read: this run's instances are drawn from its instance token")
+	} else if a.Started != 0 {
+		groupSeed ^= mix64(uint64(a.Started))
+	}
+	rng := rand.New(rand.NewPCG(groupSeed, hashString(r.cfg.ID)))
 	schedule := NewTaskSchedule(r.cfg.Tasks, r.cfg.TaskWeights)
 	if r.cfg.AdaptiveTasks {
 		schedule.SetAdaptive(r.cfg.AdaptiveFloor)

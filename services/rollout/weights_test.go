@@ -190,6 +190,11 @@ func TestWeightsPoolDrawsFollowTheTurnNotTheOrder(t *testing.T) {
 		d.Member = (d.Member + 1) % 4
 		return act(q, d)
 	})
+	differ("another instance", func(i int) rollout.Action {
+		d := draws[i]
+		d.Seed += 8
+		return act(q, d)
+	})
 	differ("the next turn", func(i int) rollout.Action {
 		d := draws[i]
 		d.Turn += 16
