@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -15,13 +18,21 @@ import (
 // run with those pairs would have: the paired held-out interval over every pair, the means of the rates and
 // busy fractions, the largest staleness. A seed may appear more than once (repeats are pairs of their own).
 // The runs' workloads must agree on every setting but the seed; their epochs may differ only where each run
-// chose its own by calibration.
+// chose its own by calibration. An input may itself be a pooled output: its runs count as runs, and a file
+// it holds may not be given again.
 func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 	var first, out *asyncBenchResult
 	var errs []error
-	var runs []int // pairs per run, in order
+	var runs []int        // pairs per run, in order
+	var runFiles []string // each run's file (a pooled input's runs are its own runs)
+	type from struct {
+		input  string
+		pooled bool
+	}
+	inputOf := map[string]from{} // each original file (by base name): the input it came in
+	var overlaps []string
 	epochs := map[int]bool{}
-	calibrated := true
+	calibrated, given := true, false
 	for _, path := range paths {
 		res, err := readAsyncResult(path)
 		if err != nil {
@@ -31,7 +42,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 		if first == nil {
 			first = res
 			out = &asyncBenchResult{Eta: res.Eta, Workload: res.Workload}
-			out.Workload.Calibration = nil
+			out.Workload.Calibration, out.Workload.PooledFrom = nil, nil
 		} else if err := sameAsyncWorkload(first, res); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
@@ -43,22 +54,59 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 			epochs[p.Epochs] = true
 		}
 		calibrated = calibrated && ranCalibrated(res)
+		given = given || !ranCalibrated(res)
+		pooled := len(res.Workload.PooledFrom) > 0
+		originals := []string{path}
+		if pooled {
+			originals = res.Workload.PooledFrom
+		}
+		for _, o := range originals {
+			// The same file given twice is two runs of its seeds (repeats are pairs of their own); a file
+			// that a pooled input already holds, given again, would count its pairs twice unawares.
+			if in, seen := inputOf[filepath.Base(o)]; seen && (pooled || in.pooled) {
+				overlaps = append(overlaps, fmt.Sprintf("%s (in %s and in %s)", filepath.Base(o), in.input, path))
+			}
+			inputOf[filepath.Base(o)] = from{input: path, pooled: pooled}
+		}
 		out.Pairs = append(out.Pairs, res.Pairs...)
-		out.Workload.PooledFrom = append(out.Workload.PooledFrom, path)
-		runs = append(runs, len(res.Pairs))
+		out.Workload.PooledFrom = append(out.Workload.PooledFrom, originals...)
+		if r := res.HeldOutRuns; pooled && r != nil && sumPairs(r.Runs) == len(res.Pairs) {
+			for _, run := range r.Runs {
+				runs, runFiles = append(runs, run.Pairs), append(runFiles, run.From)
+			}
+		} else {
+			runs, runFiles = append(runs, len(res.Pairs)), append(runFiles, path)
+		}
+	}
+	if len(overlaps) > 0 {
+		errs = append(errs, fmt.Errorf("pairs would count twice: %s", strings.Join(overlaps, "; ")))
+	}
+	if given && len(epochs) > 1 {
+		errs = append(errs, fmt.Errorf("runs of given epochs pool only with runs of the same epochs; these have %v", slices.Sorted(maps.Keys(epochs))))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if len(epochs) > 1 {
-		out.Workload.Epochs, out.Workload.LearningRate = 0, 0
+		out.Workload.Epochs = 0
+		if out.Workload.LREpochs > 0 { // the learning rate follows the epochs
+			out.Workload.LearningRate = 0
+		}
 	}
 	out.Workload.Calibrated = calibrated
 	if err := out.summarize(); err != nil {
 		return nil, fmt.Errorf("pooling %s: %w", strings.Join(paths, ", "), err)
 	}
-	out.HeldOutRuns = compareRuns(out.Workload.PooledFrom, runs, out.Pairs)
+	out.HeldOutRuns = compareRuns(runFiles, runs, out.Pairs)
 	return out, nil
+}
+
+func sumPairs(runs []heldOutRun) int {
+	n := 0
+	for _, r := range runs {
+		n += r.Pairs
+	}
+	return n
 }
 
 // heldOutRuns compares the async - sync held-out differences of pooled runs: a one-way analysis of
@@ -182,8 +230,8 @@ func ranCalibrated(res *asyncBenchResult) bool {
 }
 
 // sameAsyncWorkload reports the settings in which res's workload differs from first's. The seed never
-// counts; the epochs and the learning rate (which --lr-epochs derives from them) do not when both runs
-// calibrated their epochs.
+// counts; the epochs do not when both runs calibrated their epochs, nor then the learning rate when
+// --lr-epochs derived it from them.
 func sameAsyncWorkload(first, res *asyncBenchResult) error {
 	a, b := first.Workload, res.Workload
 	calibrated := ranCalibrated(first) && ranCalibrated(res)
@@ -192,7 +240,10 @@ func sameAsyncWorkload(first, res *asyncBenchResult) error {
 	a.PooledFrom, b.PooledFrom = nil, nil
 	a.Calibrated, b.Calibrated = false, false
 	if calibrated {
-		a.Epochs, b.Epochs, a.LearningRate, b.LearningRate = 0, 0, 0, 0
+		a.Epochs, b.Epochs = 0, 0
+		if a.LREpochs > 0 && b.LREpochs > 0 { // the learning rate follows the epochs; else it was given
+			a.LearningRate, b.LearningRate = 0, 0
+		}
 	}
 	var diff []string
 	if first.Eta != res.Eta {

@@ -355,8 +355,21 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 		c20 := write("c20.json", one(0, func(r *asyncBenchResult) {
 			r.Workload.Epochs, r.Pairs[0].Epochs = r.Workload.Epochs+4, r.Workload.Epochs+4
 		}))
-		if p2, err := poolAsyncResults([]string{again, c20}); err != nil || len(p2.Pairs) != 3 || !p2.Workload.Calibrated {
-			t.Errorf("pooling a pooled output of calibrated runs with another calibrated run: %v, %+v; want three pairs, calibrated", err, p2)
+		if p2, err := poolAsyncResults([]string{again, c20}); err != nil || len(p2.Pairs) != 3 || !p2.Workload.Calibrated ||
+			!reflect.DeepEqual(p2.Workload.PooledFrom, []string{a, c18, c20}) {
+			t.Errorf("pooling a pooled output of calibrated runs with another calibrated run: %v, %+v; want three pairs, calibrated, from the three files", err, p2)
+		}
+		// A file the pooled output holds, given again, would count its pairs twice.
+		if _, err := poolAsyncResults([]string{again, a}); err == nil || !strings.Contains(err.Error(), "count twice") {
+			t.Errorf("pooling a pooled output with a file it holds: err = %v, want it refused", err)
+		}
+		// A given-epochs run pools only with runs of its epochs, whatever the order of the files.
+		g := write("g.json", one(0, func(r *asyncBenchResult) { r.Workload.Calibration = nil }))
+		if _, err := poolAsyncResults([]string{a, g, c18}); err == nil || !strings.Contains(err.Error(), "given epochs") {
+			t.Errorf("pooling a calibrated run, a given-epochs run of its epochs and a calibrated run of others: err = %v, want it refused", err)
+		}
+		if p4, err := poolAsyncResults([]string{a, g}); err != nil || p4.Workload.Calibrated {
+			t.Errorf("pooling a calibrated run with a given-epochs run of its epochs: %v, %+v; want them pooled, not calibrated", err, p4)
 		}
 		given := write("given.json", one(0, func(r *asyncBenchResult) { r.Workload.Calibration, r.Workload.Epochs = nil, r.Workload.Epochs+4 }))
 		if _, err := poolAsyncResults([]string{again, given}); err == nil || !strings.Contains(err.Error(), "epochs") {

@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -85,5 +86,24 @@ func TestEvaluateWithoutEpisodesFails(t *testing.T) {
 	_, err := rollout.Evaluate(testCtx(t), envClient(t, m), firstActor{}, rollout.EvalConfig{Tasks: []string{alfworld.Name}, Episodes: 2, Seed: 1})
 	if !errors.Is(err, proto.ErrEnvUnavailable) || !strings.Contains(err.Error(), "none of its 2 episodes") {
 		t.Fatalf("Evaluate without env hosts: %v, want ErrEnvUnavailable naming the episodes", err)
+	}
+}
+
+// A task named twice is evaluated once: its episodes, success and mean reward are those of naming it once.
+func TestEvaluateCountsATaskNamedTwiceOnce(t *testing.T) {
+	m := newMesh(t)
+	m.startHost(t)
+	cfg := rollout.EvalConfig{Tasks: []string{alfworld.Name}, Episodes: 6, Seed: 3}
+	once, err := rollout.Evaluate(testCtx(t), envClient(t, m), firstActor{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Tasks = []string{alfworld.Name, alfworld.Name}
+	twice, err := rollout.Evaluate(testCtx(t), envClient(t, m), firstActor{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(twice) != 1 || twice[alfworld.Name].Episodes != 6 || !reflect.DeepEqual(once, twice) {
+		t.Fatalf("named twice %+v, once %+v; want the same 6 episodes", twice, once)
 	}
 }

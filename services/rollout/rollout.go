@@ -424,12 +424,13 @@ func (r *Rollout) Run(ctx context.Context) error {
 	// mesh's (none) are fixed by the seed, and a replica restarted under its id (a container's hostname)
 	// does not play its first run's instances again, nor, as each turn's draw follows its instance, draw
 	// their turns again.
+	started, err := readStarted(ctx, counter)
+	if err != nil {
+		return err
+	}
 	groupSeed := r.cfg.Seed
-	if a, _, err := counter.Read(ctx); err != nil {
-		groupSeed ^= mix64(hashString(instance))
-		log.Warn().Err(err).Msg("admission counter not read: this run's instances are drawn from its instance token")
-	} else if a.Started != 0 {
-		groupSeed ^= mix64(uint64(a.Started))
+	if started != 0 {
+		groupSeed ^= mix64(uint64(started))
 	}
 	rng := rand.New(rand.NewPCG(groupSeed, hashString(r.cfg.ID)))
 	schedule := NewTaskSchedule(r.cfg.Tasks, r.cfg.TaskWeights)
@@ -438,7 +439,7 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}
 	r.schedule.Store(schedule)
 	r.running.Store(true)
-	log.Info().Strs("tasks", r.cfg.Tasks).Int("group", r.cfg.GroupSize).Int("batch", r.cfg.BatchSize).Int("eta", r.cfg.Eta).Msg("rollout started")
+	log.Info().Strs("tasks", r.cfg.Tasks).Int("group", r.cfg.GroupSize).Int("batch", r.cfg.BatchSize).Int("eta", r.cfg.Eta).Int64("admissions_before", started).Msg("rollout started")
 
 	var loopErr error
 	for g := 0; admitCtx.Err() == nil; g++ {
@@ -800,6 +801,25 @@ func release(slots chan struct{}, n int) {
 	for i := 0; i < n; i++ {
 		<-slots
 	}
+}
+
+// readStarted reads the admissions started so far (the salt of a run's instances), trying a few times: a
+// run whose salt could not be read fails rather than draw its instances some other way, which would
+// silently break a seed's reproducibility.
+func readStarted(ctx context.Context, counter *admission.Counter) (int64, error) {
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		var a proto.Admission
+		if a, _, err = counter.Read(ctx); err == nil {
+			return a.Started, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+	return 0, fmt.Errorf("admission counter not read (the run's instances are salted by it): %w", err)
 }
 
 func hashString(s string) uint64 {

@@ -161,7 +161,8 @@ func TestRolloutPublishesGroupsUnderTheGate(t *testing.T) {
 }
 
 // A replica's groups play the instances its seed and id choose, in admission order: the same in every run
-// with the same id (bench async-vs-sync's --seed relies on it), others under another id.
+// with the same id on a fresh mesh (bench async-vs-sync's --seed relies on it), others under another id,
+// and others again once admissions have been started before the run (the salt is their number).
 func TestGroupInstancesFollowTheReplicasSeedAndID(t *testing.T) {
 	// plays runs a replica to 8 episodes (two groups of 4) under one policy version, on a mesh whose
 	// admission counter has seen startedBefore admissions (all given back), and returns the instances it
@@ -211,6 +212,8 @@ func TestGroupInstancesFollowTheReplicasSeedAndID(t *testing.T) {
 	again, againPlays := plays("replica-a", 0)
 	b, _ := plays("replica-b", 0)
 	restarted, _ := plays("replica-a", 8)
+	restartedAgain, _ := plays("replica-a", 8)
+	later, _ := plays("replica-a", 16)
 	if len(a) != 2 || !slices.Equal(a, again) {
 		t.Fatalf("instances of two runs of replica-a: %v and %v; want the same two", a, again)
 	}
@@ -220,6 +223,9 @@ func TestGroupInstancesFollowTheReplicasSeedAndID(t *testing.T) {
 	// A run after admissions were started (replica-a restarted on a mesh that has run) plays others.
 	if len(restarted) != 2 || slices.ContainsFunc(restarted, func(s uint64) bool { return slices.Contains(a, s) }) {
 		t.Fatalf("instances of replica-a after 8 admissions %v, fresh %v; want two others", restarted, a)
+	}
+	if !slices.Equal(restarted, restartedAgain) || len(later) != 2 || slices.Equal(later, restarted) || slices.Equal(later, a) {
+		t.Fatalf("instances of replica-a after 8 admissions %v and %v, after 16 %v; want the first two alike, the third other", restarted, restartedAgain, later)
 	}
 	// Each turn samples from its own draw (instance, member, turn), not from a sampler shared by the
 	// episodes in play: two runs of one seed under one policy choose alike, turn for turn.

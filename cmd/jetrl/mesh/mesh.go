@@ -186,7 +186,9 @@ func (m *Mesh) StartRollouts(ctx context.Context) error {
 		rc := m.cfg.Rollout
 		if rc.ID != "" {
 			// A template's id names every replica it starts, each with its number: an id that does not change
-			// from run to run keeps the replica's groups (the instances they play) those of its seed.
+			// from run to run keeps the replica's groups (the instances they play) those of its seed, on a
+			// fresh mesh. The admissions started before a replica's run salt them, so only the first replica
+			// of several is sure to start at none (the next may start after it has claimed).
 			rc.ID = fmt.Sprintf("%s-%d", rc.ID, m.rollouts+1)
 		}
 		rc.Tasks, rc.TaskWeights, rc.GroupSize, rc.BatchSize, rc.Eta = m.cfg.Tasks, m.cfg.TaskWeights, m.cfg.GroupSize, m.cfg.BatchSize, m.cfg.Eta
