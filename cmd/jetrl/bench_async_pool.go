@@ -32,7 +32,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 	inputOf := map[string]from{} // each original file (by base name): the input it came in
 	var overlaps []string
 	epochs := map[int]bool{}
-	calibrated, given := true, false
+	given := false // a run that did not calibrate its epochs is among them
 	for _, path := range paths {
 		res, err := readAsyncResult(path)
 		if err != nil {
@@ -53,7 +53,6 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 			}
 			epochs[p.Epochs] = true
 		}
-		calibrated = calibrated && ranCalibrated(res)
 		given = given || !ranCalibrated(res)
 		pooled := len(res.Workload.PooledFrom) > 0
 		originals := []string{path}
@@ -93,7 +92,7 @@ func poolAsyncResults(paths []string) (*asyncBenchResult, error) {
 			out.Workload.LearningRate = 0
 		}
 	}
-	out.Workload.Calibrated = calibrated
+	out.Workload.Calibrated = !given
 	if err := out.summarize(); err != nil {
 		return nil, fmt.Errorf("pooling %s: %w", strings.Join(paths, ", "), err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/jetrl/jetrl/shared/policy"
 )
 
 // EvalResult is one task's held-out score.
@@ -161,5 +162,5 @@ feed:
 
 // EvalSeed is the instance seed of evaluation episode i of a task.
 func EvalSeed(seed uint64, task string, i int) uint64 {
-	return hashString(fmt.Sprintf("%d/%s/%d", seed, task, i))
+	return policy.HashString(fmt.Sprintf("%d/%s/%d", seed, task, i))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jetrl/jetrl/shared/bus"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/envclient"
+	"github.com/jetrl/jetrl/shared/policy"
 	"github.com/jetrl/jetrl/shared/service"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -430,9 +431,9 @@ func (r *Rollout) Run(ctx context.Context) error {
 	}
 	groupSeed := r.cfg.Seed
 	if started != 0 {
-		groupSeed ^= mix64(uint64(started))
+		groupSeed ^= policy.Mix64(uint64(started))
 	}
-	rng := rand.New(rand.NewPCG(groupSeed, hashString(r.cfg.ID)))
+	rng := rand.New(rand.NewPCG(groupSeed, policy.HashString(r.cfg.ID)))
 	schedule := NewTaskSchedule(r.cfg.Tasks, r.cfg.TaskWeights)
 	if r.cfg.AdaptiveTasks {
 		schedule.SetAdaptive(r.cfg.AdaptiveFloor)
@@ -820,13 +821,4 @@ func readStarted(ctx context.Context, counter *admission.Counter) (int64, error)
 		}
 	}
 	return 0, fmt.Errorf("admission counter not read (the run's instances are salted by it): %w", err)
-}
-
-func hashString(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
 }

@@ -138,7 +138,7 @@ func (p *WeightsPool) Act(_ context.Context, in policy.Input, d Draw) (Action, e
 		}
 		return Action{Choice: choice, LogProb: lp, Version: cur.version, Policy: proto.PolicyCurrent}, nil
 	}
-	rng := rand.New(rand.NewPCG(mix64(p.seed^mix64(d.Seed)), mix64(uint64(uint32(d.Member))<<32|uint64(uint32(d.Turn)))))
+	rng := rand.New(rand.NewPCG(policy.Mix64(p.seed^policy.Mix64(d.Seed)), policy.Mix64(uint64(uint32(d.Member))<<32|uint64(uint32(d.Turn)))))
 	member, name := cur, proto.PolicyCurrent
 	if p.staleProb > 0 || p.checkpointProb > 0 {
 		u := rng.Float64()
@@ -153,14 +153,6 @@ func (p *WeightsPool) Act(_ context.Context, in policy.Input, d Draw) (Action, e
 		return Action{}, fmt.Errorf("policy picked nothing from %d candidates", len(in.Candidates))
 	}
 	return Action{Choice: choice, LogProb: lp, Version: member.version, Policy: name}, nil
-}
-
-// mix64 is SplitMix64's finalizer: nearby inputs (seeds, turn numbers) give unrelated outputs.
-func mix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 // WeightsSource loads published policies: the version record from KV and the weights from the Object Store.

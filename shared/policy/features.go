@@ -63,6 +63,12 @@ func mix64(z uint64) uint64 {
 	return z
 }
 
+// Mix64 is mix64 for other packages that key their own draws (the rollout's per-turn sampling).
+func Mix64(z uint64) uint64 { return mix64(z) }
+
+// HashString is hashString (FNV-1a 64) for other packages.
+func HashString(s string) uint64 { return hashString(s) }
+
 // combine hashes an ordered pair; combine(a, b) != combine(b, a).
 func combine(a, b uint64) uint64 { return mix64(a*golden + b) }
 
