@@ -59,6 +59,7 @@ func benchMeshSmoke(t *testing.T, loopback bool, connection string) {
 	}
 	// A raw episode is four messages at least (publish, its ack, the delivery, the consumer's ack); a mesh
 	// episode is those and its env calls besides.
+	t.Logf("%s: messages per episode: raw %.3f, mesh %.3f", connection, res.RawMsgsPerEpisode, res.MeshMsgsPerEpisode)
 	if res.RawMsgsPerEpisode < 4 || res.MeshMsgsPerEpisode <= res.RawMsgsPerEpisode {
 		t.Errorf("messages per episode: raw %.2f, mesh %.2f; want raw at least 4 and the mesh more", res.RawMsgsPerEpisode, res.MeshMsgsPerEpisode)
 	}

@@ -486,11 +486,9 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, srv *bus.Embedded, log zerolo
 		}
 		secs := time.Since(start).Seconds()
 		cpu := processCPU() - cpu0
-		// The consumer's last acks may still be buffered: counted once they are at the server (not timed).
-		if err := cc.Flush(); err != nil {
-			return err
-		}
-		tr1, err := srv.Traffic()
+		// The consumer's last acks may still be buffered, and the server adds what it read or delivered to
+		// its counters after it has answered: counted once they settle (not timed).
+		tr1, err := settledTraffic(ctx, srv, pc, cc)
 		if err != nil {
 			return err
 		}
@@ -502,6 +500,39 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, srv *bus.Embedded, log zerolo
 		}
 	}
 	return nil
+}
+
+// settledTraffic reads the server's message counters once what the connections sent has been counted.
+// The server answers a PING before it adds the messages it parsed in the same read to its counters, so each
+// connection is flushed twice (the second PING is read only after the first read's counts are added); it
+// also counts a delivery after queueing it, so the counters are read until two reads 20 ms apart agree (at
+// most a second).
+func settledTraffic(ctx context.Context, srv *bus.Embedded, conns ...*nats.Conn) (bus.Traffic, error) {
+	for _, nc := range conns {
+		for range 2 {
+			if err := nc.FlushWithContext(ctx); err != nil {
+				return bus.Traffic{}, err
+			}
+		}
+	}
+	last, err := srv.Traffic()
+	if err != nil {
+		return bus.Traffic{}, err
+	}
+	for range 50 {
+		if err := meshSleep(ctx, 20*time.Millisecond); err != nil {
+			return bus.Traffic{}, err
+		}
+		tr, err := srv.Traffic()
+		if err != nil {
+			return bus.Traffic{}, err
+		}
+		if tr == last {
+			break
+		}
+		last = tr
+	}
+	return last, nil
 }
 
 // meshSampleEpisodes reads up to n stored episodes (their encoded bytes) from the episodes stream.
