@@ -60,7 +60,7 @@ func TestStatusWatchShowsRatesAndBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := &statusCmd{Wait: 300 * time.Millisecond, Watch: time.Second, Count: 3, JSON: true}
+	c := &statusCmd{Wait: 1500 * time.Millisecond, Watch: 2 * time.Second, Count: 3, JSON: true} // replicas answer late on a busy machine
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestStatusWatchShowsRatesAndBacklog(t *testing.T) {
 	// Without --watch: every replica of the four status services with its counters, all asked at once;
 	// with --json one object per replica.
 	var once bytes.Buffer
-	if err := (&statusCmd{Wait: 300 * time.Millisecond}).once(ctx, nc, &once); err != nil {
+	if err := (&statusCmd{Wait: 1500 * time.Millisecond}).once(ctx, nc, &once); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"rollout ", "replay-buffer ", "advantage-normalizer ", "trainer ", "episodes_published", "batches_released", "policy_version"} {
@@ -127,7 +127,7 @@ func TestStatusWatchShowsRatesAndBacklog(t *testing.T) {
 		t.Errorf("a service did not answer:\n%s", once.String())
 	}
 	once.Reset()
-	if err := (&statusCmd{Wait: 300 * time.Millisecond, JSON: true}).once(ctx, nc, &once); err != nil {
+	if err := (&statusCmd{Wait: 1500 * time.Millisecond, JSON: true}).once(ctx, nc, &once); err != nil {
 		t.Fatal(err)
 	}
 	services := map[string]int{}

@@ -350,6 +350,8 @@ func TestTrainBatchOverLimitIsDeadLettered(t *testing.T) {
 	eventually(t, 5*time.Second, "the refund", func() bool { return refunded(t, f) == 2 })
 	f.publishBatch(t, "b-after", smallBatch())
 	eventually(t, 10*time.Second, "the good batch after the oversized one", func() bool { return f.msgs(t, proto.StreamTrain) == 1 })
+	// The counters move once the batch is acked, just after its train batch is stored.
+	eventually(t, 5*time.Second, "the published counter", func() bool { return f.n.Stats().Batches == 1 })
 	if s := f.n.Stats(); s.DeadLettered != 1 || s.Refunded != 2 || s.Batches != 1 {
 		t.Fatalf("stats = %+v, want 1 dead-lettered, 2 refunded, 1 published", s)
 	}

@@ -313,7 +313,7 @@ func testCapacity(t *testing.T, f *fixture) {
 
 func TestIdleSessionsExpire(t *testing.T) {
 	f := newFixture(t)
-	h := f.startHost(t, env.Config{IdleTimeout: time.Second}, nil)
+	h := f.startHost(t, env.Config{IdleTimeout: 3 * time.Second}, nil) // long beside the busy session's 300ms calls
 	c := f.client(t)
 	ctx := testCtx(t)
 	idle, err := c.Start(ctx, startReq(1))
@@ -326,7 +326,7 @@ func TestIdleSessionsExpire(t *testing.T) {
 	}
 	look := proto.ToolCall{Name: alfworld.ToolName, Arguments: `{"action":"look"}`}
 	// Keep one session busy (a call every 300ms) while the other sits idle.
-	eventually(t, 10*time.Second, "the idle session to expire", func() bool {
+	eventually(t, 20*time.Second, "the idle session to expire", func() bool {
 		if _, err := c.Step(ctx, busy.HostID, busy.SessionID, look); err != nil {
 			t.Fatalf("busy session: %v", err)
 		}

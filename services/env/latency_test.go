@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,8 +75,10 @@ func TestStepLatencyHoldsUpOnlyItsSession(t *testing.T) {
 	f := newFixture(t)
 	slow := 300 * time.Millisecond
 	var calls atomic.Int32
+	drawn := make(chan struct{})
 	f.startHost(t, env.Config{StepLatency: func() time.Duration {
 		if calls.Add(1) == 1 {
+			close(drawn)
 			return slow
 		}
 		return 0
@@ -96,7 +99,11 @@ func TestStepLatencyHoldsUpOnlyItsSession(t *testing.T) {
 		_, _ = c.Step(ctx, s1.HostID, s1.SessionID, s1.Admissible[0])
 		first <- time.Since(t0)
 	}()
-	time.Sleep(50 * time.Millisecond) // the slow step has drawn its latency
+	select { // the slow step has drawn its latency
+	case <-drawn:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first step never reached the host")
+	}
 	t1 := time.Now()
 	if _, err := c.Step(ctx, s2.HostID, s2.SessionID, s2.Admissible[0]); err != nil {
 		t.Fatal(err)
@@ -112,7 +119,12 @@ func TestStepLatencyHoldsUpOnlyItsSession(t *testing.T) {
 // Stopping the host cuts a latency wait short: Run returns at once and the step gets an error.
 func TestStepLatencyEndsWhenHostStops(t *testing.T) {
 	f := newFixture(t)
-	h := f.startHost(t, env.Config{StepLatency: func() time.Duration { return time.Hour }}, task.Registry{alfworld.Name: alfworld.New()})
+	drawn := make(chan struct{})
+	var once sync.Once
+	h := f.startHost(t, env.Config{StepLatency: func() time.Duration {
+		once.Do(func() { close(drawn) })
+		return time.Hour
+	}}, task.Registry{alfworld.Name: alfworld.New()})
 	c := f.client(t)
 	ctx := testCtx(t)
 	s, err := c.Start(ctx, startReq(1))
@@ -124,8 +136,11 @@ func TestStepLatencyEndsWhenHostStops(t *testing.T) {
 		_, err := c.Step(ctx, s.HostID, s.SessionID, s.Admissible[0])
 		stepErr <- err
 	}()
-	eventually(t, 5*time.Second, "the step to be waiting", func() bool { return h.Active() == 1 })
-	time.Sleep(100 * time.Millisecond)
+	select { // the step is waiting out its latency
+	case <-drawn:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the step never reached the host")
+	}
 	t0 := time.Now()
 	h.stop()
 	if d := time.Since(t0); d > 5*time.Second {

@@ -22,7 +22,7 @@ func TestLeaseHoldRenewAndFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ttl = 400 * time.Millisecond
+	const ttl = 2 * time.Second // each renewal's round trips get ttl/5
 	l, err := acquireLease(ctx, kv, "b1", ttl, zerolog.Nop(), func(string) {})
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func TestSecondBufferStandsByUntilTheFirstStops(t *testing.T) {
 	m := newMesh(t)
 	m.setVersion(t, 0)
 	c := cfg(2)
-	c.ID, c.LeaseTTL = "first", 2*time.Second
+	c.ID, c.LeaseTTL = "first", 4*time.Second // renewals get ttl/5 each, long beside a busy machine's round trips
 	first := m.runBuffer(t, c)
 	eventually(t, 10*time.Second, "the first buffer to run", first.b.Running)
 	c.ID = "second"

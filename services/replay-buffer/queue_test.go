@@ -204,13 +204,13 @@ func TestBatchQueuedByAPreviousBufferCounts(t *testing.T) {
 // the one it trains fills MaxQueued 1: a version then finds its next batch already queued. Without Lead
 // the next batch waits for the version.
 func TestLeadComposesBeforeTheStepEnds(t *testing.T) {
-	for _, lead := range []time.Duration{0, 300 * time.Millisecond} {
+	for _, lead := range []time.Duration{0, 500 * time.Millisecond} {
 		t.Run(fmt.Sprintf("lead %v", lead), func(t *testing.T) {
 			m := newMesh(t)
 			norm := queueConsumers(t, m)
 			m.setVersion(t, 0)
 			m.startBuffer(t, replaybuffer.Config{BatchSize: 2, MaxBatchSize: 2, Eta: 20, GroupTimeout: time.Minute, MaxQueued: 1, Lead: lead})
-			const steps, step = 8, 600 * time.Millisecond
+			const steps, step = 8, time.Second
 			for g := range steps + 1 {
 				m.publish(t, ep(fmt.Sprintf("g%d", g), 0, 2, 0), "")
 				m.publish(t, ep(fmt.Sprintf("g%d", g), 1, 2, 0), "")

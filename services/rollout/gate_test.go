@@ -175,9 +175,12 @@ func TestRacingGatesNeverOvershoot(t *testing.T) {
 		rollout.NewStalenessGate(m.counter(t), 32, 0, version.Load),
 		rollout.NewStalenessGate(m.counter(t), 32, 0, version.Load),
 	}
+	// Each round runs until the replicas have admitted the round's 32 episodes and 300ms more (time to
+	// overshoot, were they to), or 20s.
 	run := func(n int64) (admitted [2]int64) {
-		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
+		var total atomic.Int64
 		var wg sync.WaitGroup
 		for i, g := range gates {
 			wg.Add(1)
@@ -185,12 +188,21 @@ func TestRacingGatesNeverOvershoot(t *testing.T) {
 				defer wg.Done()
 				for {
 					if _, err := g.Admit(ctx, n); err != nil {
-						return // the gate stayed shut until the deadline
+						return // the gate stayed shut until the round ended
 					}
 					admitted[i] += n
+					total.Add(n)
 				}
 			}()
 		}
+		for total.Load() < 32 && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+		cancel()
 		wg.Wait()
 		return admitted
 	}
@@ -229,7 +241,9 @@ func TestGateClaimsNothingOnceStopped(t *testing.T) {
 	}
 
 	var told atomic.Int64
-	for round := 0; round < 20; round++ {
+	// 20 rounds, and more while none has admitted anything yet (a busy machine's claims take longer than
+	// the windows).
+	for round := 0; round < 20 || (told.Load() == 0 && round < 200); round++ {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for range 4 {

@@ -87,7 +87,7 @@ func TestOpenBreakerRefusesWithoutCalling(t *testing.T) {
 func TestBreakerHalfOpensAfterOpenFor(t *testing.T) {
 	var mu sync.Mutex
 	var changes []string
-	set := breaker.NewSet[int](breaker.Settings{ConsecutiveFailures: 1, OpenFor: 50 * time.Millisecond, HalfOpenCalls: 1,
+	set := breaker.NewSet[int](breaker.Settings{ConsecutiveFailures: 1, OpenFor: 500 * time.Millisecond, HalfOpenCalls: 1,
 		OnChange: func(name string, from, to gobreaker.State) {
 			mu.Lock()
 			changes = append(changes, fmt.Sprintf("%s:%v->%v", name, from, to))

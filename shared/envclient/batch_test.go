@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/breaker"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/envclient"
 	"github.com/nats-io/nats.go/micro"
@@ -174,7 +175,7 @@ func stepAll(t *testing.T, c *envclient.Client, host string, sessions ...string)
 
 // A session that had a result and never calls again delays the next batch by MaxLinger once, not forever.
 func TestBatchStopsWaitingForASessionThatLeft(t *testing.T) {
-	const linger = 300 * time.Millisecond
+	const linger = 2 * time.Second // long beside a step's round trip on a busy machine
 	c := lingeringClient(t, linger)
 	ctx := testCtx(t)
 	stepAll(t, c, "hb", "stays", "leaves")
@@ -306,7 +307,7 @@ func TestLateBatchReplyIsDropped(t *testing.T) {
 			_ = nc.Publish(reply, b)
 		}()
 	})
-	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 100 * time.Millisecond, Breaker: breaker.Settings{ConsecutiveFailures: 100}})
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: time.Second, Breaker: breaker.Settings{ConsecutiveFailures: 100}})
 	if _, err := c.Step(testCtx(t), "late", "s", proto.ToolCall{Name: "x"}); !errors.Is(err, proto.ErrEnvTimeout) {
 		t.Fatalf("step: %v, want ErrEnvTimeout", err)
 	}
@@ -343,7 +344,7 @@ func TestStartOnAHostWithAnOpenBreakerIsTriedElsewhere(t *testing.T) {
 		respond(t, r, proto.EnvCancelReply{Schema: proto.SchemaVersion})
 	})
 	serve(t, url, proto.SubjectEnvStep("h-open"), func(micro.Request) {}) // never answers
-	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 50 * time.Millisecond, StartRetries: 5,
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: time.Second, StartRetries: 5,
 		Breaker: breaker.Settings{ConsecutiveFailures: 2, OpenFor: time.Minute}})
 	ctx := testCtx(t)
 	for range 2 {
@@ -358,6 +359,7 @@ func TestStartOnAHostWithAnOpenBreakerIsTriedElsewhere(t *testing.T) {
 	if err != nil || rep.HostID != "h-ok" {
 		t.Fatalf("start: %+v, %v; want a session on h-ok", rep, err)
 	}
+	bustest.Eventually(t, 5*time.Second, "both sessions on h-open given back", func() bool { return cancels.Load() >= 2 })
 	if cancels.Load() != 2 || c.BatchStats().StartsOnOpenHosts != 2 {
 		t.Fatalf("%d cancels on h-open, %d counted; want both sessions it opened given back", cancels.Load(), c.BatchStats().StartsOnOpenHosts)
 	}

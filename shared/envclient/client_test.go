@@ -103,11 +103,11 @@ func TestStepMapsReplies(t *testing.T) {
 		case "garbage":
 			_ = r.Respond([]byte("not msgpack"))
 		case "slow":
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(3 * time.Second)
 			respond(t, r, proto.EnvStepReply{Schema: proto.SchemaVersion})
 		}
 	})
-	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 200 * time.Millisecond,
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: time.Second,
 		Breaker: breaker.Settings{ConsecutiveFailures: 100}})
 	tests := []struct {
 		givenSession string
@@ -162,14 +162,14 @@ func TestStepBreakerOpensOnTimeoutsNotRefusals(t *testing.T) {
 	var calls atomic.Int64
 	serve(t, url, proto.SubjectEnvStep("slow"), func(r micro.Request) {
 		calls.Add(1)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond)
 		respond(t, r, proto.EnvStepReply{Schema: proto.SchemaVersion})
 	})
 	serve(t, url, proto.SubjectEnvStep("strict"), func(r micro.Request) {
 		calls.Add(1)
 		refuse(r, proto.ErrUnknownSession, "no such session")
 	})
-	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 50 * time.Millisecond,
+	c := envclient.New(connect(t, url), envclient.Config{CallTimeout: 500 * time.Millisecond,
 		Breaker: breaker.Settings{ConsecutiveFailures: 2, OpenFor: time.Minute}})
 	ctx := testCtx(t)
 	for range 5 {
