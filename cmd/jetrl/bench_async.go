@@ -79,7 +79,7 @@ type benchAsyncCmd struct {
 	LogLevel      string        `name:"log-level" default:"error" help:"Level of the services' log on stderr."`
 	CPUProfile    string        `name:"cpuprofile" help:"Write a CPU profile of both modes to this file (go tool pprof)."`
 	From          []string      `name:"from" type:"existingfile" help:"Instead of running, pool the pairs of these earlier runs' --json output (their workloads must agree but for the seed, and for the epochs when each run calibrated its own) and print their summary over all pairs."`
-	Versus        []string      `name:"versus" type:"existingfile" help:"With --from: pool these runs too (the same workload) and compare their async - sync held-out with --from's, at the end of the window and along it: over every pair, and paired by the seeds both pools hold once (two binaries alternated on the same seeds)."`
+	Versus        []string      `name:"versus" type:"existingfile" help:"With --from: pool these runs too (the same workload, but for --eta, --max-queued, --lead, --cut, --turn-staleness, --stop-stale, --correction or --is-cap if they differ) and compare their async - sync held-out with --from's, at the end of the window and along it: over every pair, and paired by the seeds both pools hold once (two binaries alternated on the same seeds)."`
 	// policyBits, if set, shrinks the policy (log2 of its weights) for the smoke tests; not a flag.
 	policyBits int
 	// progress, if set, takes the progress lines instead of stderr (the smoke tests read them); not a flag.
@@ -117,6 +117,9 @@ type asyncBenchResult struct {
 	HeldOutCurveAsync    *float64    `json:"heldout_curve_async,omitempty"`
 	HeldOutCurveDiffMean *float64    `json:"heldout_curve_diff_mean,omitempty"`
 	HeldOutCurveDiffCI95 *[2]float64 `json:"heldout_curve_diff_ci95,omitempty"`
+	// HeldOutLag reads the asynchronous curve as the synchronous one delayed (nil without curves of one
+	// number of points in every pair).
+	HeldOutLag *heldOutLag `json:"heldout_lag,omitempty"`
 	// HeldOutRuns, when pairs were pooled from two runs or more (--from), compares the runs' async - sync
 	// held-out differences: each run's mean, and whether the runs' means spread more than their pairs' spread
 	// within each run predicts (a run-level cause: a change of code or machine between them).
@@ -503,6 +506,7 @@ func (res *asyncBenchResult) summarize() error {
 			res.HeldOutCurveDiffCI95 = &ci
 		}
 	}
+	res.HeldOutLag = heldOutLagOf(res.Pairs, res.Workload.BatchSize)
 	syncStat, err := report.NewStat(heldSync)
 	if err != nil {
 		return fmt.Errorf("held-out success of the synchronous mode: %w", err)
@@ -877,6 +881,9 @@ func (c *benchAsyncCmd) printTable(res *asyncBenchResult) {
 		}
 		fmt.Printf("held-out along the window (mean of its %d points after the start): sync %.1f%%, async %.1f%%; async - sync per pair: %s points, mean %+.1f, 95%% interval [%+.1f, %+.1f]\n",
 			c.HeldOutPoints, 100**res.HeldOutCurveSync, 100**res.HeldOutCurveAsync, strings.Join(cd, ", "), 100**res.HeldOutCurveDiffMean, 100*ci[0], 100*ci[1])
+	}
+	if l := res.HeldOutLag; l != nil {
+		fmt.Println(l.String(res.Eta))
 	}
 }
 
