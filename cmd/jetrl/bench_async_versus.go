@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"slices"
+	"reflect"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -13,7 +13,8 @@ import (
 )
 
 // heldOutVersus compares two pools of bench async-vs-sync runs of one workload (--from and --versus),
-// typically the binaries of two commits run alternately on the same seeds: the --versus pool's mean async -
+// typically the binaries of two commits run alternately on the same seeds, or one setting of the method
+// against another (versusSettings): the --versus pool's mean async -
 // sync held-out difference minus the --from pool's, at the end of the window and along it. Over every
 // pair the interval is Welch's (the pools' spreads may differ); over the seeds both pools hold exactly once
 // it is the paired t interval of the per-seed deltas, which leaves out what the seed alone decides. Along
@@ -21,6 +22,9 @@ import (
 type heldOutVersus struct {
 	Versus []string `json:"versus"`
 	Pairs  int      `json:"pairs"`
+	// Settings names the settings of the method in which the --versus runs differ from --from's
+	// (versusSettings; none when the pools compare two binaries).
+	Settings []string `json:"settings,omitempty"`
 	// End and Curve are over every pair of each pool (nil without two pairs in each; Curve nil too when a
 	// pair of either pool has no curve).
 	End   *versusDelta `json:"end,omitempty"`
@@ -47,17 +51,52 @@ type versusDelta struct {
 	CI95   [2]float64 `json:"ci95"`
 }
 
-// poolVersus pools the runs of versus and compares them with from's pooled result; every run of both must
-// be of one workload (as --from requires of its own).
+// poolVersus pools the runs of versus and compares them with from's pooled result. Every run of each pool
+// must be of one workload (as --from requires of its own), and the two pools of one workload but for the
+// settings of the method a comparison is for (versusSettings): those are named in Settings.
 func poolVersus(fromPaths, versusPaths []string, from *asyncBenchResult) (*heldOutVersus, error) {
-	if _, err := poolAsyncResults(append(slices.Clone(fromPaths), versusPaths...)); err != nil {
-		return nil, fmt.Errorf("--versus: %w", err)
-	}
 	versus, err := poolAsyncResults(versusPaths)
 	if err != nil {
 		return nil, fmt.Errorf("--versus: %w", err)
 	}
-	return compareVersus(from, versus, versusPaths), nil
+	settings, err := versusWorkloads(from, versus)
+	if err != nil {
+		return nil, fmt.Errorf("--versus: %w", err)
+	}
+	v := compareVersus(from, versus, versusPaths)
+	v.Settings = settings
+	return v, nil
+}
+
+// versusSettings are the settings of the method two pools may differ in (the staleness bound, how batches
+// are composed and what a late episode trains, the off-policy correction); the rest of the workload (the
+// tasks, the window, the batch, the env, the trainer's epochs and rate, the evaluation) is the frame the
+// comparison holds fixed.
+func versusSettings(r *asyncBenchResult) []any {
+	w := &r.Workload
+	return []any{&r.Eta, &w.MaxQueued, &w.LeadMS, &w.Cut, &w.TurnStaleness, &w.StopStale, &w.Correction, &w.ISCap}
+}
+
+// versusSettingNames are the JSON names of versusSettings, in its order.
+var versusSettingNames = []string{"eta", "max_queued", "lead_ms", "cut", "turn_staleness", "stop_stale", "correction", "is_cap"}
+
+// versusWorkloads checks that versus's workload is from's but for versusSettings, and names those it
+// differs in ("turn_staleness true, not false").
+func versusWorkloads(from, versus *asyncBenchResult) ([]string, error) {
+	framed := *versus // a copy whose settings are from's: what is left to differ is the frame
+	fs, vs, xs := versusSettings(from), versusSettings(versus), versusSettings(&framed)
+	var settings []string
+	for i := range fs {
+		f, v := reflect.ValueOf(fs[i]).Elem(), reflect.ValueOf(vs[i]).Elem()
+		if !reflect.DeepEqual(f.Interface(), v.Interface()) {
+			settings = append(settings, fmt.Sprintf("%s %v, not %v", versusSettingNames[i], v.Interface(), f.Interface()))
+		}
+		reflect.ValueOf(xs[i]).Elem().Set(f)
+	}
+	if err := sameAsyncWorkload(from, &framed); err != nil {
+		return nil, err
+	}
+	return settings, nil
 }
 
 // compareVersus is heldOutVersus of the pairs of versus (pooled from the files named) against those of
@@ -188,8 +227,12 @@ func printVersus(v *heldOutVersus, fromPairs int) {
 	level := func(name string, d *versusDelta) string { // a mode's own held-out, a success rate
 		return fmt.Sprintf("%s %.1f%% against %.1f%%, %+.1f [%+.1f, %+.1f]", name, 100*d.Versus, 100*d.From, 100*d.Delta, 100*d.CI95[0], 100*d.CI95[1])
 	}
-	fmt.Printf("versus %d pairs from %d runs (%s) against --from's %d pairs, async - sync held-out (points), every pair (Welch): %s; %s\n",
-		v.Pairs, len(v.Versus), baseNames(v.Versus), fromPairs, show("end", v.End), show("along the window", v.Curve))
+	settings := ""
+	if len(v.Settings) > 0 {
+		settings = " with " + strings.Join(v.Settings, ", ")
+	}
+	fmt.Printf("versus %d pairs from %d runs (%s)%s against --from's %d pairs, async - sync held-out (points), every pair (Welch): %s; %s\n",
+		v.Pairs, len(v.Versus), baseNames(v.Versus), settings, fromPairs, show("end", v.End), show("along the window", v.Curve))
 	if v.Seeds < 2 {
 		fmt.Printf("versus: %d seeds in both pools once each, too few to pair\n", v.Seeds)
 		return

@@ -400,7 +400,7 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 		t.Errorf("pooling a file without pairs: err = %v, want one saying so", err)
 	}
 	// --versus: the run against itself moves nothing, paired by both seeds; one pair against another of
-	// another seed pairs none and has no spread to compare by; a run of another workload is refused.
+	// another seed pairs none and has no spread to compare by.
 	v, err := poolVersus([]string{a, b}, []string{b, a}, pooled)
 	if err != nil || v.Seeds != 2 || v.Pairs != 2 || v.PairedEnd == nil || v.PairedEnd.Delta != 0 || v.PairedEnd.CI95 != [2]float64{0, 0} ||
 		v.End == nil || !near(v.End.Delta, 0) || v.PairedCurveAsync == nil || v.PairedCurveAsync.Delta != 0 {
@@ -409,9 +409,22 @@ func benchCheckPooling(t *testing.T, res *asyncBenchResult) {
 	if v, err := poolVersus([]string{a}, []string{b}, one(0, nil)); err != nil || v.Seeds != 0 || v.End != nil || v.PairedEnd != nil {
 		t.Errorf("one pair versus another seed's: %v, %+v; want nothing paired or compared", err, v)
 	}
-	lead := write("lead.json", one(1, func(r *asyncBenchResult) { r.Workload.LeadMS = 250 }))
-	if _, err := poolVersus([]string{a}, []string{lead}, one(0, nil)); err == nil || !strings.Contains(err.Error(), "lead_ms") {
-		t.Errorf("versus a run of another workload: err = %v, want it refused", err)
+	// A setting of the method may differ, and is named; the frame may not.
+	lead := write("lead.json", one(1, func(r *asyncBenchResult) { r.Workload.LeadMS, r.Workload.Cut = 250, 0.5 }))
+	if v, err := poolVersus([]string{a}, []string{lead}, one(0, nil)); err != nil || len(v.Settings) != 2 ||
+		v.Settings[0] != "lead_ms 250, not 100" || v.Settings[1] != "cut 0.5, not 0.75" {
+		t.Errorf("versus a run of another lead and cut: %v, %+v; want both settings named", err, v)
+	}
+	if v, err := poolVersus([]string{a}, []string{b}, one(0, nil)); err != nil || len(v.Settings) != 0 {
+		t.Errorf("versus a run of the same settings: %v, %+v; want none named", err, v)
+	}
+	batch := write("batch.json", one(1, func(r *asyncBenchResult) { r.Workload.BatchSize *= 2; r.Workload.LeadMS = 250 }))
+	if _, err := poolVersus([]string{a}, []string{batch}, one(0, nil)); err == nil || !strings.Contains(err.Error(), "batch_size") || strings.Contains(err.Error(), "lead_ms") {
+		t.Errorf("versus a run of another batch size: err = %v, want it refused for the batch size alone", err)
+	}
+	mixed := write("mixed.json", one(0, func(r *asyncBenchResult) { r.Workload.LeadMS = 250 }))
+	if _, err := poolVersus([]string{a}, []string{lead, mixed}, one(0, nil)); err == nil || !strings.Contains(err.Error(), "cut") {
+		t.Errorf("a --versus pool of two settings: err = %v, want it refused", err)
 	}
 }
 
