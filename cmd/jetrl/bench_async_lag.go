@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -105,28 +106,48 @@ func lagGap(curves []lagCurve, idx []int, d float64) float64 {
 	return sum / float64(n)
 }
 
-// lagSolve finds the delay at which lagGap is zero, by bisection within the curves' span either way, or
-// reports false when the gap does not change sign there.
+// lagSolve finds the delay at which lagGap is zero, within the curves' span either way, or reports false
+// when the gap does not change sign there, or is zero throughout (flat curves, nothing to read). Where the
+// gap is zero over a stretch of delays (a plateau, or curves that dip), it is the middle of the lowest and
+// the highest zero, found by bisection each, or the stretch's inner end when it reaches the span's.
 func lagSolve(curves []lagCurve, idx []int) (float64, bool) {
 	var span float64
 	for _, i := range idx {
 		c := &curves[i]
-		span = max(span, c.xs[len(c.xs)-1]-c.xs[0], c.ax[len(c.ax)-1]-c.xs[0])
+		for _, x := range append(slices.Clone(c.xs), c.ax...) {
+			span = max(span, math.Abs(x-c.xs[0]), math.Abs(c.xs[len(c.xs)-1]-x))
+		}
 	}
 	lo, hi := -span, span
 	glo, ghi := lagGap(curves, idx, lo), lagGap(curves, idx, hi)
-	if glo > 0 || ghi < 0 {
+	if glo > 0 || ghi < 0 || (glo == 0 && ghi == 0) {
 		return 0, false
 	}
-	for range 50 {
-		mid := (lo + hi) / 2
-		if g := lagGap(curves, idx, mid); g < 0 {
-			lo = mid
-		} else {
-			hi = mid
+	// The lowest delay with the gap at zero or above, and the highest with it at zero or below.
+	bisect := func(below func(g float64) bool) float64 {
+		a, b := lo, hi
+		for range 50 {
+			mid := (a + b) / 2
+			if below(lagGap(curves, idx, mid)) {
+				a = mid
+			} else {
+				b = mid
+			}
 		}
+		return (a + b) / 2
 	}
-	return (lo + hi) / 2, true
+	low := bisect(func(g float64) bool { return g < 0 })
+	high := bisect(func(g float64) bool { return g <= 0 })
+	// A stretch reaching the span's end is bounded on one side only (the curves flat there): its other
+	// end is the delay they show.
+	const edge = 1 // episodes
+	switch {
+	case low <= lo+edge:
+		return high, true
+	case high >= hi-edge:
+		return low, true
+	}
+	return (low + high) / 2, true
 }
 
 // heldOutLagOf is the pairs' heldOutLag, or nil when lagCurves has none or no delay levels the curves.

@@ -104,3 +104,59 @@ func TestHeldOutLag(t *testing.T) {
 		t.Errorf("async above the synchronous curve's reach: %+v, want none", l)
 	}
 }
+
+// The synchronous curve is read linearly between its points and flat beyond its ends.
+func TestLagCurveReadsBetweenPoints(t *testing.T) {
+	c := lagCurve{xs: []float64{100, 200, 400}, ys: []float64{0.1, 0.5, 0.7}}
+	for _, tc := range []struct{ x, want float64 }{
+		{0, 0.1}, {100, 0.1}, {150, 0.3}, {200, 0.5}, {250, 0.55}, {400, 0.7}, {1000, 0.7},
+	} {
+		if got := c.syncAt(tc.x); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("syncAt(%v) = %v, want %v", tc.x, got, tc.want)
+		}
+	}
+}
+
+// On a synchronous curve that rises at a constant slope, the delay is the mean over the points after the
+// start of the asynchronous deficit over the slope: an offset at the last point alone moves it by a third
+// of its own worth, so the delay counts every point after the start and no other. Flat curves read as no
+// delay at all, and a delay is the middle of the stretch where the gap is zero.
+func TestHeldOutLagUsesEveryPointAfterTheStart(t *testing.T) {
+	xs := []int64{512, 8192, 15872, 23552}
+	const slope = 1.0 / 24000
+	line := func(x float64) float64 { return slope * x }
+	var pairs []*asyncPair
+	for i := range 4 {
+		p := lagPair(uint64(i), xs, line, int64(100*i), 768, 0)
+		p.Async.HeldOutCurve[3].Success += 0.03 // the last point 0.03 above the delayed curve
+		p.Async.HeldOutCurve[0].Success = 0.5   // the start, far off: not counted
+		pairs = append(pairs, p)
+	}
+	want := 768 - 0.03/3/slope // 528
+	if l := heldOutLagOf(pairs, 256); l == nil || math.Abs(l.Episodes-want) > 1 {
+		t.Errorf("lag %+v, want %.0f episodes", l, want)
+	}
+
+	flat := []*asyncPair{lagPair(1, xs, func(float64) float64 { return 0 }, 0, 0, 0)}
+	if l := heldOutLagOf(flat, 256); l != nil {
+		t.Errorf("flat curves, async level with sync: %+v, want no delay read", l)
+	}
+	// A synchronous curve flat from 8,192 episodes on, the asynchronous one level with it there: every
+	// delay up to 0 levels them; unbounded below, the stretch reads as its upper end, no delay.
+	knee := func(x float64) float64 { return min(x, 8192) / 8192 }
+	if l := heldOutLagOf([]*asyncPair{lagPair(1, xs, knee, 0, 0, 0)}, 256); l == nil || math.Abs(l.Episodes) > 1 {
+		t.Errorf("level curves flat after the start: %+v; want a delay of 0", l)
+	}
+	// A flat middle (0.5 from 8,192 to 15,872 episodes), async at 0.5 at every point after the start: the
+	// points alone would read delays of 0 (8,192), any (15,872) and 7,680 (23,552); their mean gap levels
+	// between.
+	mid := lagCurve{xs: []float64{512, 8192, 15872, 23552}, ys: []float64{0, 0.5, 0.5, 1}}
+	p := lagPair(1, xs, mid.syncAt, 0, 0, 0)
+	for i := 1; i < 4; i++ {
+		p.Async.HeldOutCurve[i].Success = 0.5
+	}
+	// For d in [0, 7680] the gaps are 0.5·d/7680, 0 and -0.5 + 0.5·d/7680: their mean is zero at 3,840.
+	if l := heldOutLagOf([]*asyncPair{p}, 256); l == nil || math.Abs(l.Episodes-3840) > 1 {
+		t.Errorf("a flat middle: %+v; want a delay of 3840", l)
+	}
+}

@@ -510,7 +510,7 @@ func (c *benchMeshCmd) runRaw(ctx context.Context, srv *bus.Embedded, log zerolo
 func settledTraffic(ctx context.Context, srv *bus.Embedded, conns ...*nats.Conn) (bus.Traffic, error) {
 	for _, nc := range conns {
 		for range 2 {
-			if err := nc.FlushWithContext(ctx); err != nil {
+			if err := nc.FlushTimeout(10 * time.Second); err != nil { // FlushWithContext needs a deadline, which the command line's context lacks
 				return bus.Traffic{}, err
 			}
 		}

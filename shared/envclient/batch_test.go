@@ -157,20 +157,17 @@ func lingeringClient(t *testing.T, linger time.Duration) *envclient.Client {
 	return c
 }
 
-// stepAll steps the sessions on host at once, so that each has a result.
-func stepAll(t *testing.T, c *envclient.Client, host string, sessions ...string) {
+// stepInTurn steps the sessions on host one after another. Each has a result, and each one's batch waits
+// MaxLinger for the session before it (which had a result and does not call), then forgets it: when it
+// returns, the last session alone is expected to call again. (Stepped at once, the sessions would land in
+// one batch or in two as the scheduler has it, and which is expected after would vary.)
+func stepInTurn(t *testing.T, c *envclient.Client, host string, sessions ...string) {
 	t.Helper()
-	var wg sync.WaitGroup
 	for _, s := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := c.Step(testCtx(t), host, s, proto.ToolCall{Name: "x"}); err != nil {
-				t.Error(err)
-			}
-		}()
+		if _, err := c.Step(testCtx(t), host, s, proto.ToolCall{Name: "x"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	wg.Wait()
 }
 
 // A session that had a result and never calls again delays the next batch by MaxLinger once, not forever.
@@ -178,7 +175,7 @@ func TestBatchStopsWaitingForASessionThatLeft(t *testing.T) {
 	const linger = 2 * time.Second // long beside a step's round trip on a busy machine
 	c := lingeringClient(t, linger)
 	ctx := testCtx(t)
-	stepAll(t, c, "hb", "stays", "leaves")
+	stepInTurn(t, c, "hb", "stays", "leaves")
 	// "leaves" had a result and will not call again: the next batch waits for it, once.
 	for i, want := range []string{"waits for the session that left", "waits for no one"} {
 		began := time.Now()
@@ -370,7 +367,7 @@ func TestBatchDoesNotWaitForACancelledSession(t *testing.T) {
 	const linger = 2 * time.Second
 	c := lingeringClient(t, linger)
 	ctx := testCtx(t)
-	stepAll(t, c, "hb", "stays", "cancelled")
+	stepInTurn(t, c, "hb", "stays", "cancelled")
 	_ = c.Cancel(ctx, "hb", "cancelled") // no host serves cancels here: the client forgets the session all the same
 	began := time.Now()
 	if _, err := c.Step(ctx, "hb", "stays", proto.ToolCall{Name: "x"}); err != nil {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/jetrl/jetrl/proto"
 	"github.com/jetrl/jetrl/shared/breaker"
 	"github.com/jetrl/jetrl/shared/bus"
+	"github.com/jetrl/jetrl/shared/bus/bustest"
 	"github.com/jetrl/jetrl/shared/codec"
 	"github.com/jetrl/jetrl/shared/envclient"
 	"github.com/nats-io/nats.go"
@@ -103,7 +103,7 @@ func TestStepMapsReplies(t *testing.T) {
 		case "garbage":
 			_ = r.Respond([]byte("not msgpack"))
 		case "slow":
-			time.Sleep(3 * time.Second)
+			time.Sleep(1500 * time.Millisecond)
 			respond(t, r, proto.EnvStepReply{Schema: proto.SchemaVersion})
 		}
 	})
@@ -188,6 +188,9 @@ func TestStepBreakerOpensOnTimeoutsNotRefusals(t *testing.T) {
 	if st := c.Breakers().State("slow"); st != gobreaker.StateOpen {
 		t.Fatalf("breaker after 2 timeouts = %v, want open", st)
 	}
+	// The slow host answers one request at a time: its second timed-out request reaches the handler
+	// late. Every request sent so far (5 refused, 2 timed out) is counted before the one the breaker holds.
+	bustest.Eventually(t, 10*time.Second, "the requests sent so far at their hosts", func() bool { return calls.Load() == 7 })
 	before := calls.Load()
 	_, err := c.Step(ctx, "slow", "s", proto.ToolCall{Name: "x"})
 	if !errors.Is(err, gobreaker.ErrOpenState) || !breaker.IsInfrastructure(err) {
