@@ -41,9 +41,11 @@ const (
 )
 
 // lagCurve is one pair's curves after the window's start: the synchronous curve's points (xs, ys) and the
-// asynchronous curve's (ax, ay), point for point.
+// asynchronous curve's (ax, ay), point for point; span is the farthest any point lies from either end of
+// the synchronous curve (the delays worth trying lie within it either way).
 type lagCurve struct {
 	xs, ys, ax, ay []float64
+	span           float64
 }
 
 // syncAt reads the synchronous curve at x: linearly between its points, flat beyond its ends.
@@ -85,6 +87,11 @@ func lagCurves(pairs []*asyncPair) []lagCurve {
 				return nil
 			}
 		}
+		first, last := c.xs[0], c.xs[len(c.xs)-1]
+		for _, x := range c.ax {
+			c.span = max(c.span, math.Abs(x-first), math.Abs(last-x))
+		}
+		c.span = max(c.span, last-first)
 		out = append(out, c)
 	}
 	return out
@@ -113,10 +120,7 @@ func lagGap(curves []lagCurve, idx []int, d float64) float64 {
 func lagSolve(curves []lagCurve, idx []int) (float64, bool) {
 	var span float64
 	for _, i := range idx {
-		c := &curves[i]
-		for _, x := range append(slices.Clone(c.xs), c.ax...) {
-			span = max(span, math.Abs(x-c.xs[0]), math.Abs(c.xs[len(c.xs)-1]-x))
-		}
+		span = max(span, curves[i].span)
 	}
 	lo, hi := -span, span
 	glo, ghi := lagGap(curves, idx, lo), lagGap(curves, idx, hi)

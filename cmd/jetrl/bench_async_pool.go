@@ -228,10 +228,25 @@ func ranCalibrated(res *asyncBenchResult) bool {
 	return res.Workload.Calibration != nil || res.Workload.Calibrated
 }
 
-// sameAsyncWorkload reports the settings in which res's workload differs from first's. The seed never
+// sameAsyncWorkload reports the settings in which res's workload differs from first's (workloadDiff).
+func sameAsyncWorkload(first, res *asyncBenchResult) error {
+	if diff := workloadDiff(first, res); len(diff) > 0 {
+		texts := make([]string, len(diff))
+		for i, d := range diff {
+			texts[i] = d.text
+		}
+		return fmt.Errorf("workload differs from the first run's: %s", strings.Join(texts, "; "))
+	}
+	return nil
+}
+
+// workloadSetting is one setting in which two workloads differ: its JSON name, and "name b, not a".
+type workloadSetting struct{ name, text string }
+
+// workloadDiff is the settings in which res's workload differs from first's, eta first. The seed never
 // counts; the epochs do not when both runs calibrated their epochs, nor then the learning rate when
 // --lr-epochs derived it from them.
-func sameAsyncWorkload(first, res *asyncBenchResult) error {
+func workloadDiff(first, res *asyncBenchResult) []workloadSetting {
 	a, b := first.Workload, res.Workload
 	calibrated := ranCalibrated(first) && ranCalibrated(res)
 	a.Seed, b.Seed = 0, 0
@@ -244,19 +259,16 @@ func sameAsyncWorkload(first, res *asyncBenchResult) error {
 			a.LearningRate, b.LearningRate = 0, 0
 		}
 	}
-	var diff []string
+	var diff []workloadSetting
 	if first.Eta != res.Eta {
-		diff = append(diff, fmt.Sprintf("eta %d, not %d", res.Eta, first.Eta))
+		diff = append(diff, workloadSetting{"eta", fmt.Sprintf("eta %d, not %d", res.Eta, first.Eta)})
 	}
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	for i := range va.NumField() {
 		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
 			name, _, _ := strings.Cut(va.Type().Field(i).Tag.Get("json"), ",")
-			diff = append(diff, fmt.Sprintf("%s %v, not %v", name, vb.Field(i).Interface(), va.Field(i).Interface()))
+			diff = append(diff, workloadSetting{name, fmt.Sprintf("%s %v, not %v", name, vb.Field(i).Interface(), va.Field(i).Interface())})
 		}
 	}
-	if len(diff) > 0 {
-		return fmt.Errorf("workload differs from the first run's: %s", strings.Join(diff, "; "))
-	}
-	return nil
+	return diff
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"reflect"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -68,33 +68,25 @@ func poolVersus(fromPaths, versusPaths []string, from *asyncBenchResult) (*heldO
 	return v, nil
 }
 
-// versusSettings are the settings of the method two pools may differ in (the staleness bound, how batches
-// are composed and what a late episode trains, the off-policy correction); the rest of the workload (the
-// tasks, the window, the batch, the env, the trainer's epochs and rate, the evaluation) is the frame the
-// comparison holds fixed.
-func versusSettings(r *asyncBenchResult) []any {
-	w := &r.Workload
-	return []any{&r.Eta, &w.MaxQueued, &w.LeadMS, &w.Cut, &w.TurnStaleness, &w.StopStale, &w.Correction, &w.ISCap}
-}
-
-// versusSettingNames are the JSON names of versusSettings, in its order.
-var versusSettingNames = []string{"eta", "max_queued", "lead_ms", "cut", "turn_staleness", "stop_stale", "correction", "is_cap"}
+// versusSettings are the settings of the method (their JSON names) two pools may differ in: the staleness
+// bound, how batches are composed and what a late episode trains, the off-policy correction. The rest of
+// the workload (the tasks, the window, the batch, the env, the trainer's epochs and rate, the evaluation) is
+// the frame the comparison holds fixed.
+var versusSettings = []string{"eta", "max_queued", "lead_ms", "cut", "turn_staleness", "stop_stale", "correction", "is_cap"}
 
 // versusWorkloads checks that versus's workload is from's but for versusSettings, and names those it
 // differs in ("turn_staleness true, not false").
 func versusWorkloads(from, versus *asyncBenchResult) ([]string, error) {
-	framed := *versus // a copy whose settings are from's: what is left to differ is the frame
-	fs, vs, xs := versusSettings(from), versusSettings(versus), versusSettings(&framed)
-	var settings []string
-	for i := range fs {
-		f, v := reflect.ValueOf(fs[i]).Elem(), reflect.ValueOf(vs[i]).Elem()
-		if !reflect.DeepEqual(f.Interface(), v.Interface()) {
-			settings = append(settings, fmt.Sprintf("%s %v, not %v", versusSettingNames[i], v.Interface(), f.Interface()))
+	var settings, frame []string
+	for _, d := range workloadDiff(from, versus) {
+		if slices.Contains(versusSettings, d.name) {
+			settings = append(settings, d.text)
+		} else {
+			frame = append(frame, d.text)
 		}
-		reflect.ValueOf(xs[i]).Elem().Set(f)
 	}
-	if err := sameAsyncWorkload(from, &framed); err != nil {
-		return nil, err
+	if len(frame) > 0 {
+		return nil, fmt.Errorf("workload differs from --from's: %s", strings.Join(frame, "; "))
 	}
 	return settings, nil
 }

@@ -808,11 +808,15 @@ func release(slots chan struct{}, n int) {
 // run whose salt could not be read fails rather than draw its instances some other way, which would
 // silently break a seed's reproducibility.
 func readStarted(ctx context.Context, counter *admission.Counter) (int64, error) {
+	const tries = 5
 	var err error
-	for attempt := 1; attempt <= 5; attempt++ {
+	for attempt := 1; attempt <= tries; attempt++ {
 		var a proto.Admission
 		if a, _, err = counter.Read(ctx); err == nil {
 			return a.Started, nil
+		}
+		if attempt == tries {
+			break
 		}
 		select {
 		case <-ctx.Done():
